@@ -1,0 +1,19 @@
+# Build: a static binary, no C toolchain needed at run time.
+FROM golang:1.26 AS build
+WORKDIR /src
+COPY go.mod go.sum ./
+RUN go mod download
+COPY . .
+RUN CGO_ENABLED=0 go build -trimpath -ldflags='-s -w' -o /out/superego ./cmd/superego
+
+# Run: distroless static, as a non-root user.
+FROM gcr.io/distroless/static-debian12:nonroot
+WORKDIR /app
+COPY --from=build /out/superego /app/superego
+COPY flows /app/flows
+COPY constitutions /app/constitutions
+ENV SUPEREGO_ADDR=0.0.0.0:8080
+EXPOSE 8080
+USER nonroot:nonroot
+ENTRYPOINT ["/app/superego"]
+CMD ["serve"]

@@ -1,0 +1,178 @@
+package agents
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/tmc/langchaingo/llms"
+
+	"superego/flow"
+	"superego/tools"
+)
+
+// Agent runs superego and inner-agent nodes. Model resolves a node's
+// "model" ("" for the default); Timeout bounds each model call and each
+// tool call (0: two minutes).
+type Agent struct {
+	Model   func(spec string) (Model, error)
+	Tools   tools.Set
+	Timeout time.Duration
+}
+
+var _ flow.Agent = (*Agent)(nil)
+
+// Act makes one model call for the task's node and runs the tools it asks for.
+func (a *Agent) Act(ctx context.Context, t *flow.Task, emit func(flow.Event)) (flow.Reply, error) {
+	m, err := a.Model(t.Node.Model)
+	if err != nil {
+		return flow.Reply{}, fmt.Errorf("%w: %w", flow.ErrModelUnavailable, err)
+	}
+	timeout := a.Timeout
+	if timeout <= 0 {
+		timeout = 2 * time.Minute
+	}
+	var offered []llms.Tool
+	for _, name := range t.Node.Tools {
+		tool := a.Tools[name]
+		offered = append(offered, llms.Tool{Type: "function", Function: &llms.FunctionDefinition{
+			Name: tool.Name, Description: tool.Description, Parameters: tool.Parameters}})
+	}
+	stream := &responseStream{emit: func(delta string) {
+		emit(flow.Event{Name: flow.EventPartial, Data: flow.Partial{StepID: t.StepID, Node: t.Node.Name, AgentID: t.Node.AgentID, Delta: delta}})
+	}}
+	opts := append([]llms.CallOption{llms.WithStreamingFunc(func(_ context.Context, chunk []byte) error {
+		if !isToolCallChunk(chunk) {
+			stream.Write(chunk)
+		}
+		return nil
+	})}, m.Options...)
+	if len(offered) > 0 {
+		opts = append(opts, llms.WithTools(offered))
+	}
+
+	callCtx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	start := time.Now()
+	resp, err := m.LLM.GenerateContent(callCtx, messages(t), opts...)
+	reply := flow.Reply{Model: m.Name, Latency: time.Since(start)}
+	switch {
+	case err != nil && ctx.Err() != nil:
+		return reply, ctx.Err()
+	case err != nil && errors.Is(callCtx.Err(), context.DeadlineExceeded):
+		return reply, fmt.Errorf("%w: model %s gave no reply within %s", flow.ErrTimeout, m.Name, timeout)
+	case err != nil:
+		return reply, fmt.Errorf("%w: %s: %w", flow.ErrModelUnavailable, m.Name, err)
+	}
+	var text strings.Builder
+	var calls []llms.ToolCall
+	for i, c := range resp.Choices {
+		text.WriteString(c.Content)
+		calls = append(calls, c.ToolCalls...)
+		if i == 0 {
+			reply.Usage = usage(c.GenerationInfo)
+		}
+	}
+	f, ok := parseReply(text.String())
+	if !ok {
+		// Prose instead of the protocol's object: the model evidently wrote
+		// to the user, so it is the response; the decision falls back.
+		f = fields{Response: strings.TrimSpace(text.String())}
+	}
+	reply.Thinking, reply.Decision, reply.AgentGuidance, reply.Response = f.Thinking, f.Decision, f.AgentGuidance, f.Response
+	if len(calls) == 0 {
+		if strings.TrimSpace(text.String()) == "" {
+			return reply, fmt.Errorf("%w: model %s sent an empty reply", flow.ErrModelOutput, m.Name)
+		}
+		return reply, nil
+	}
+	for i, c := range calls {
+		if c.ID == "" { // some OpenAI-compatible servers omit it; tool results need one
+			c.ID = fmt.Sprintf("call_%s_%d", t.StepID, i+1)
+		}
+		use, err := a.call(ctx, t.Node, c, timeout, emit)
+		if err != nil {
+			return reply, err
+		}
+		reply.ToolUsage = append(reply.ToolUsage, use)
+	}
+	return reply, nil
+}
+
+// call runs one tool call. A tool's error goes back to the model as its
+// result; only a panic, a bug in the tool, fails the run.
+func (a *Agent) call(ctx context.Context, node *flow.Node, c llms.ToolCall, timeout time.Duration, emit func(flow.Event)) (use flow.ToolUse, err error) {
+	use = flow.ToolUse{ID: c.ID}
+	args := ""
+	if c.FunctionCall != nil {
+		use.ToolName, args = c.FunctionCall.Name, c.FunctionCall.Arguments
+	}
+	switch {
+	case strings.TrimSpace(args) == "":
+		use.Input = json.RawMessage("{}")
+	case json.Valid([]byte(args)):
+		use.Input = json.RawMessage(args)
+	default:
+		use.Input, _ = json.Marshal(args) // kept as text, so the step stays valid JSON
+	}
+	emit(flow.Event{Name: flow.EventToolCall, Data: flow.ToolCall{Node: node.Name, ToolName: use.ToolName, Input: use.Input}})
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("%w: %s panicked: %v", flow.ErrToolFailed, use.ToolName, p)
+			return
+		}
+		emit(flow.Event{Name: flow.EventToolResult, Data: flow.ToolResult{Node: node.Name, ToolName: use.ToolName, Output: use.Output, Error: use.Error}})
+	}()
+	tool, ok := a.Tools[use.ToolName]
+	if !ok || !contains(node.Tools, use.ToolName) {
+		use.Error = fmt.Sprintf("no tool %q here; the tools are: %s", use.ToolName, strings.Join(node.Tools, ", "))
+		return use, nil
+	}
+	if !json.Valid([]byte(args)) && strings.TrimSpace(args) != "" {
+		use.Error = "the arguments are not valid JSON"
+		return use, nil
+	}
+	toolCtx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	out, err := tool.Call(toolCtx, use.Input)
+	if err != nil {
+		use.Error = err.Error()
+	}
+	use.Output = out
+	return use, nil
+}
+
+func contains(xs []string, x string) bool {
+	for _, s := range xs {
+		if s == x {
+			return true
+		}
+	}
+	return false
+}
+
+// isToolCallChunk tells langchaingo's OpenAI streaming of tool-call deltas,
+// which it passes to the streaming function as a JSON array, from text.
+func isToolCallChunk(chunk []byte) bool {
+	return len(chunk) > 1 && chunk[0] == '[' && chunk[1] == '{' && json.Valid(chunk)
+}
+
+// usage reads token counts from the fields langchaingo's providers fill.
+func usage(info map[string]any) *flow.Usage {
+	num := func(keys ...string) int {
+		for _, k := range keys {
+			if v, ok := info[k].(int); ok {
+				return v
+			}
+		}
+		return 0
+	}
+	u := flow.Usage{PromptTokens: num("PromptTokens", "InputTokens"), CompletionTokens: num("CompletionTokens", "OutputTokens")}
+	if u == (flow.Usage{}) {
+		return nil
+	}
+	return &u
+}

@@ -1,0 +1,170 @@
+package agents
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"regexp"
+	"strings"
+
+	"github.com/tmc/langchaingo/llms"
+)
+
+// OfflineName is what steps record as the model of an offline node.
+const OfflineName = "offline (built-in, not a language model)"
+
+// Offline is the built-in offline model: no network, no key, no language
+// model. It answers every call with a valid, deterministic, plainly labelled
+// reply, so a new user can watch a whole flow run: a superego takes the
+// first of its decisions that lets the message through, an inner agent with
+// the calculator works out any arithmetic in the message with a real tool
+// call, and every response says it came from the offline model.
+type Offline struct{}
+
+var _ llms.Model = Offline{}
+
+var (
+	decisionsLine = regexp.MustCompile(`(?m)^Decide with exactly one of: (.+)\.$`)
+	arithmetic    = regexp.MustCompile(`[-+(]*\d[\d.]*\s*(?:[-+*/^%]|\*\*)\s*[-+(\d.][-+*/^%().\d\s]*`)
+)
+
+// passing are the decisions that let a message through, best first.
+var passing = []string{"ACCEPT", "PASSED", "COMPLETE", "CAUTION"}
+
+func (Offline) Call(ctx context.Context, prompt string, options ...llms.CallOption) (string, error) {
+	return llms.GenerateFromSinglePrompt(ctx, Offline{}, prompt, options...)
+}
+
+func (Offline) GenerateContent(ctx context.Context, messages []llms.MessageContent, options ...llms.CallOption) (*llms.ContentResponse, error) {
+	var opts llms.CallOptions
+	for _, o := range options {
+		o(&opts)
+	}
+	system, last := textOf(messages, llms.ChatMessageTypeSystem, true), messages[len(messages)-1]
+	superego := strings.Contains(system, "<constitution>")
+
+	if last.Role == llms.ChatMessageTypeTool {
+		var results []string
+		for _, m := range messages {
+			for _, p := range m.Parts {
+				if r, ok := p.(llms.ToolCallResponse); ok {
+					results = append(results, fmt.Sprintf("%s returned %s", r.Name, r.Content))
+				}
+			}
+		}
+		return offlineReply(ctx, opts, pick(system, "COMPLETE"), "The "+strings.Join(results, "; ")+".")
+	}
+	input := textOf(messages, llms.ChatMessageTypeHuman, false)
+	if expr := strings.TrimSpace(arithmetic.FindString(input)); !superego && expr != "" && offersTool(opts, "calculator") {
+		args, _ := json.Marshal(map[string]string{"expression": expr})
+		return &llms.ContentResponse{Choices: []*llms.ContentChoice{{
+			StopReason: "tool_calls",
+			ToolCalls: []llms.ToolCall{{ID: "offline_call_1", Type: "function",
+				FunctionCall: &llms.FunctionCall{Name: "calculator", Arguments: string(args)}}},
+		}}}, nil
+	}
+	decision := pick(system, passing...)
+	if superego && decision == "ACCEPT" {
+		return offlineReply(ctx, opts, decision, "") // as the prompt asks: the message goes through as it is
+	}
+	if superego {
+		return offlineReply(ctx, opts, decision, fmt.Sprintf("Offline judge: %s. (This is the built-in offline model, not a language model: it judged nothing. Set SUPEREGO_MODEL or an API key for real judgments.)", decision))
+	}
+	return offlineReply(ctx, opts, decision, fmt.Sprintf("Offline agent: I received %q. (This is the built-in offline model, not a language model.)", firstLine(input, 120)))
+}
+
+// offlineReply answers in the reply protocol, streaming it in small chunks
+// as a real model would.
+func offlineReply(ctx context.Context, opts llms.CallOptions, decision, response string) (*llms.ContentResponse, error) {
+	b, _ := json.Marshal(map[string]string{
+		"thinking":       "The offline model does not reason.",
+		"decision":       decision,
+		"agent_guidance": "Offline model: no guidance.",
+		"response":       response,
+	})
+	// json.Marshal sorts keys; the protocol's order puts response last.
+	text := reorder(b)
+	if opts.StreamingFunc != nil {
+		for i := 0; i < len(text); i += 24 {
+			if err := opts.StreamingFunc(ctx, []byte(text[i:min(i+24, len(text))])); err != nil {
+				return nil, err
+			}
+		}
+	}
+	return &llms.ContentResponse{Choices: []*llms.ContentChoice{{Content: text, StopReason: "stop"}}}, nil
+}
+
+func reorder(b []byte) string {
+	var m map[string]string
+	_ = json.Unmarshal(b, &m)
+	var s strings.Builder
+	s.WriteByte('{')
+	for i, k := range []string{"thinking", "decision", "agent_guidance", "response"} {
+		if i > 0 {
+			s.WriteString(", ")
+		}
+		kb, _ := json.Marshal(k)
+		vb, _ := json.Marshal(m[k])
+		s.Write(kb)
+		s.WriteString(": ")
+		s.Write(vb)
+	}
+	s.WriteByte('}')
+	return s.String()
+}
+
+// pick returns the first of want that the prompt's decision line offers,
+// else the first decision it offers.
+func pick(system string, want ...string) string {
+	m := decisionsLine.FindStringSubmatch(system)
+	if m == nil {
+		return want[0]
+	}
+	offered := strings.Split(m[1], ", ")
+	for _, w := range want {
+		for _, o := range offered {
+			if o == w {
+				return w
+			}
+		}
+	}
+	return offered[0]
+}
+
+func offersTool(opts llms.CallOptions, name string) bool {
+	for _, t := range opts.Tools {
+		if t.Function != nil && t.Function.Name == name {
+			return true
+		}
+	}
+	return false
+}
+
+// textOf joins the text of the first (or last) message with the role.
+func textOf(messages []llms.MessageContent, role llms.ChatMessageType, first bool) string {
+	for i := range messages {
+		m := messages[i]
+		if !first {
+			m = messages[len(messages)-1-i]
+		}
+		if m.Role != role {
+			continue
+		}
+		var s strings.Builder
+		for _, p := range m.Parts {
+			if t, ok := p.(llms.TextContent); ok {
+				s.WriteString(t.Text)
+			}
+		}
+		return s.String()
+	}
+	return ""
+}
+
+func firstLine(s string, n int) string {
+	s, _, _ = strings.Cut(strings.TrimSpace(s), "\n")
+	if len(s) > n {
+		s = s[:n] + "…"
+	}
+	return s
+}

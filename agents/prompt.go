@@ -1,0 +1,97 @@
+package agents
+
+import (
+	"strings"
+
+	"github.com/tmc/langchaingo/llms"
+
+	"superego/flow"
+)
+
+// meanings explain the decisions the engine knows; a node's own decisions
+// are listed without one.
+var meanings = map[string]string{
+	flow.Accept:             "the message is consistent with the constitution; let it through, and leave response empty",
+	flow.Caution:            "let it through, and tell the next agent in agent_guidance what to watch for or verify",
+	flow.Block:              "the message violates the constitution; refuse, and say why in response",
+	flow.NeedsClarification: "the message is ambiguous in a way that matters; ask the user one question in response",
+	flow.Complete:           "your work is done; response is your answer",
+	"NEEDS_RESEARCH":        "the answer needs research by another agent",
+	"NEEDS_REVIEW":          "your draft needs review before it goes out",
+	"NEEDS_REFINEMENT":      "your draft needs another pass",
+	"ERROR":                 "you cannot do the task; say why in response",
+}
+
+const replyFormat = `Reply with one JSON object and nothing else, with these keys in this order:
+{"thinking": "your private reasoning; never shown to the user", "decision": "one of the decisions above", "agent_guidance": "a short note for the next agent; never shown to the user", "response": "what the user may see"}`
+
+// systemPrompt is a node's system message: its constitution or system
+// prompt, the decisions it may take, and the reply format. It holds nothing
+// of any other node.
+func systemPrompt(t *flow.Task) string {
+	var b strings.Builder
+	n := t.Node
+	if n.Type == flow.Superego {
+		b.WriteString("You are a superego: an oversight agent in a flow of agents. You do not do the task yourself. You judge the message you are given against the constitution below, and your decision steers the flow.\n\n")
+		b.WriteString("Your node: " + n.Name + ".\n\n<constitution>\n" + strings.TrimSpace(n.Constitution) + "\n</constitution>\n\n")
+	} else {
+		if n.SystemPrompt != "" {
+			b.WriteString(strings.TrimSpace(n.SystemPrompt) + "\n\n")
+		}
+		b.WriteString("You are the agent \"" + n.AgentID + "\" in a flow of agents overseen by superego agents.\n")
+		if len(n.Tools) > 0 {
+			b.WriteString("Use the tools you are offered, through tool calls, whenever they help; their results come back to you. Do not do in your head what a tool can do.\n")
+		}
+		b.WriteString("\n")
+	}
+	b.WriteString("Decide with exactly one of: " + strings.Join(t.Decisions, ", ") + ".\n")
+	for _, d := range t.Decisions {
+		if m := meanings[d]; m != "" {
+			b.WriteString("- " + d + ": " + m + "\n")
+		}
+	}
+	b.WriteString("\n" + replyFormat)
+	return b.String()
+}
+
+// messages builds the conversation for one model call: the system message,
+// the visible transcript of earlier turns, the message to work on with the
+// previous agent's guidance, and this node's tool calls so far as native
+// tool messages.
+func messages(t *flow.Task) []llms.MessageContent {
+	msgs := []llms.MessageContent{llms.TextParts(llms.ChatMessageTypeSystem, systemPrompt(t))}
+	for _, s := range t.History {
+		switch {
+		case s.Role == flow.RoleUser:
+			msgs = append(msgs, llms.TextParts(llms.ChatMessageTypeHuman, s.Response))
+		case s.Response != "":
+			msgs = append(msgs, llms.TextParts(llms.ChatMessageTypeAI, "["+s.AgentID+"] "+s.Response))
+		}
+	}
+	var b strings.Builder
+	if t.InputFrom == "" {
+		b.WriteString(t.Input)
+	} else {
+		b.WriteString("The user's message:\n" + t.UserMessage + "\n\nThe draft from " + t.InputFrom + ":\n" + t.Input)
+	}
+	if t.Guidance != "" {
+		b.WriteString("\n\nGuidance from " + t.GuidanceFrom + " (hidden from the user):\n" + t.Guidance)
+	}
+	msgs = append(msgs, llms.TextParts(llms.ChatMessageTypeHuman, b.String()))
+	// One assistant message per call, each followed by its result: the
+	// shape both OpenAI and Anthropic accept through langchaingo.
+	for _, s := range t.ToolRounds {
+		for _, u := range s.ToolUsage {
+			result := u.Output
+			if u.Error != "" {
+				result = "error: " + u.Error
+			}
+			msgs = append(msgs,
+				llms.MessageContent{Role: llms.ChatMessageTypeAI, Parts: []llms.ContentPart{llms.ToolCall{
+					ID: u.ID, Type: "function", FunctionCall: &llms.FunctionCall{Name: u.ToolName, Arguments: string(u.Input)}}}},
+				llms.MessageContent{Role: llms.ChatMessageTypeTool, Parts: []llms.ContentPart{llms.ToolCallResponse{
+					ToolCallID: u.ID, Name: u.ToolName, Content: result}}})
+		}
+	}
+	return msgs
+}

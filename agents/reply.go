@@ -1,0 +1,203 @@
+package agents
+
+import (
+	"encoding/json"
+	"strings"
+	"unicode/utf8"
+)
+
+// fields is the reply protocol of SPEC §6: one JSON object with these keys.
+type fields struct {
+	Thinking      string
+	Decision      string
+	AgentGuidance string
+	Response      string
+}
+
+// maxObjectTries bounds the search for a JSON object in a reply that has
+// text or fences around it, so a reply of many "{" costs little.
+const maxObjectTries = 16
+
+// parseReply finds the first JSON object in text that has any of the
+// protocol's keys. ok is false when there is none; text around the object
+// (a code fence, a preamble) is dropped.
+func parseReply(text string) (f fields, ok bool) {
+	rest := text
+	for tries := 0; tries < maxObjectTries; tries++ {
+		i := strings.IndexByte(rest, '{')
+		if i < 0 {
+			break
+		}
+		rest = rest[i:]
+		var obj map[string]json.RawMessage
+		if json.NewDecoder(strings.NewReader(rest)).Decode(&obj) == nil {
+			f = fields{str(obj["thinking"]), str(obj["decision"]), str(obj["agent_guidance"]), str(obj["response"])}
+			if obj["thinking"] != nil || obj["decision"] != nil || obj["agent_guidance"] != nil || obj["response"] != nil {
+				return f, true
+			}
+		}
+		rest = rest[1:]
+	}
+	return fields{}, false
+}
+
+// str reads a JSON value as text: a string as itself, anything else as its
+// JSON (a model that answers "response": {"a": 1} still has its answer shown).
+func str(raw json.RawMessage) string {
+	if raw == nil {
+		return ""
+	}
+	var s string
+	if json.Unmarshal(raw, &s) == nil {
+		return s
+	}
+	if string(raw) == "null" {
+		return ""
+	}
+	return string(raw)
+}
+
+// responseStream picks the value of the top-level "response" key out of a
+// JSON reply as it streams in, and passes on its decoded text and nothing
+// else: the "thinking" that comes before it is read past, never emitted.
+type responseStream struct {
+	emit func(string)
+
+	started, done bool
+	depth         int
+	inString      bool
+	escaped       bool
+	capturingKey  bool
+	expectKey     bool
+	key           []byte
+	lastKey       string
+	afterColon    bool
+
+	inResponse bool
+	pending    []byte // an escape sequence not yet complete
+	buf        []byte // decoded text not yet emitted
+}
+
+func (r *responseStream) Write(chunk []byte) {
+	for _, b := range chunk {
+		if r.done {
+			break
+		}
+		r.byte(b)
+	}
+	r.flush()
+}
+
+func (r *responseStream) byte(b byte) {
+	switch {
+	case !r.started:
+		if b == '{' {
+			r.started, r.depth, r.expectKey = true, 1, true
+		}
+	case r.inResponse:
+		r.responseByte(b)
+	case r.inString:
+		switch {
+		case r.escaped:
+			r.escaped = false
+		case b == '\\':
+			r.escaped = true
+		case b == '"':
+			r.inString = false
+			if r.capturingKey {
+				r.lastKey, r.capturingKey = string(r.key), false
+			}
+			return
+		}
+		if r.capturingKey {
+			r.key = append(r.key, b)
+		}
+	default:
+		switch b {
+		case '"':
+			switch {
+			case r.depth == 1 && r.expectKey:
+				r.inString, r.capturingKey, r.key, r.expectKey = true, true, r.key[:0], false
+			case r.depth == 1 && r.afterColon && r.lastKey == "response":
+				r.inResponse = true
+			default:
+				r.inString = true
+			}
+		case ':':
+			if r.depth == 1 {
+				r.afterColon = true
+			}
+		case ',':
+			if r.depth == 1 {
+				r.expectKey, r.afterColon = true, false
+			}
+		case '{', '[':
+			r.depth++
+		case '}', ']':
+			if r.depth--; r.depth == 0 {
+				r.done = true
+			}
+		}
+	}
+}
+
+// responseByte decodes one byte of the response string's JSON text.
+func (r *responseStream) responseByte(b byte) {
+	p := r.pending
+	switch {
+	case len(p) >= 6 && isHighSurrogate(p[:6]):
+		// A high surrogate waits for its low half: "\ud83d\ude00" is one rune.
+		if len(p) == 6 && b != '\\' || len(p) == 7 && b != 'u' {
+			tail := append([]byte(nil), p[6:]...)
+			r.pending = p[:6]
+			r.decodePending() // a lone surrogate decodes to U+FFFD
+			for _, c := range append(tail, b) {
+				r.responseByte(c)
+			}
+			return
+		}
+		if r.pending = append(p, b); len(r.pending) == 12 {
+			r.decodePending()
+		}
+	case len(p) > 0:
+		r.pending = append(p, b)
+		if len(r.pending) == 2 && b != 'u' || len(r.pending) == 6 && !isHighSurrogate(r.pending) {
+			r.decodePending()
+		}
+	case b == '\\':
+		r.pending = append(p, b)
+	case b == '"':
+		r.inResponse, r.done = false, true
+	default:
+		r.buf = append(r.buf, b)
+	}
+}
+
+func (r *responseStream) decodePending() {
+	var s string
+	if json.Unmarshal([]byte(`"`+string(r.pending)+`"`), &s) == nil {
+		r.buf = append(r.buf, s...)
+	}
+	r.pending = r.pending[:0]
+}
+
+func isHighSurrogate(p []byte) bool {
+	return len(p) == 6 && p[1] == 'u' && (p[2] == 'd' || p[2] == 'D') && strings.ContainsRune("89abAB", rune(p[3]))
+}
+
+// flush emits the decoded text, keeping back an incomplete UTF-8 sequence.
+func (r *responseStream) flush() {
+	n := len(r.buf)
+	for i := n - 1; i >= 0 && i >= n-utf8.UTFMax; i-- {
+		if utf8.RuneStart(r.buf[i]) {
+			if !utf8.FullRune(r.buf[i:]) {
+				n = i
+			}
+			break
+		}
+	}
+	if n > 0 {
+		r.emit(string(r.buf[:n]))
+		r.buf = append(r.buf[:0], r.buf[n:]...)
+	}
+}

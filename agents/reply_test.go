@@ -1,0 +1,25 @@
+package agents
+
+import (
+	"strings"
+	"testing"
+)
+
+func TestResponseStreamEmitsOnlyResponse(t *testing.T) {
+	reply := `Sure. ` + "```json\n" + `{"thinking": "SECRET \"quoted\" {nested} response: no", "decision": "ACCEPT", "agent_guidance": "HIDDEN", "meta": {"response": "inner"}, "response": "Hello \"world\"\n\u00e9 \ud83d\ude00 done \ud800x ok"}` + "\n```"
+	want := "Hello \"world\"\n\u00e9 \U0001F600 done \uFFFDx ok"
+	for _, size := range []int{1, 2, 3, 5, 7, 1000} {
+		var got strings.Builder
+		r := &responseStream{emit: func(s string) { got.WriteString(s) }}
+		for i := 0; i < len(reply); i += size {
+			r.Write([]byte(reply[i:min(i+size, len(reply))]))
+		}
+		if got.String() != want {
+			t.Errorf("chunk size %d: got %q, want %q", size, got.String(), want)
+		}
+		f, ok := parseReply(reply)
+		if !ok || f.Response != want || f.Thinking == "" || f.AgentGuidance != "HIDDEN" || f.Decision != "ACCEPT" {
+			t.Errorf("parseReply = %+v, %v", f, ok)
+		}
+	}
+}

@@ -1,0 +1,353 @@
+// Package api is superego's HTTP interface: the routes of SPEC §4, the
+// Server-Sent Events of §3, and the JSON errors of both.
+package api
+
+import (
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"mime"
+	"net/http"
+	"reflect"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/go-chi/chi/v5"
+	"github.com/go-chi/chi/v5/middleware"
+	"github.com/go-playground/validator/v10"
+
+	"superego/flow"
+)
+
+// MaxBody is the largest request body accepted.
+const MaxBody = 1 << 20
+
+// Server serves the flow engine over HTTP. Model is the default model's
+// name for /healthz; AdminToken, when set, opens the research view.
+type Server struct {
+	Engine     *flow.Engine
+	Refused    []flow.Refused
+	Model      string
+	AdminToken string
+	Log        *slog.Logger
+}
+
+var validate = func() *validator.Validate {
+	v := validator.New(validator.WithRequiredStructEnabled())
+	v.RegisterTagNameFunc(func(f reflect.StructField) string {
+		return strings.Split(f.Tag.Get("json"), ",")[0]
+	})
+	return v
+}()
+
+// Handler returns the routes. Stream routes get no Timeout or Compress
+// middleware: either would hold events back.
+func (s *Server) Handler() http.Handler {
+	r := chi.NewRouter()
+	r.Use(middleware.Recoverer, s.accessLog)
+	r.Get("/healthz", s.handler(s.health))
+	r.Get("/flows", s.handler(s.listFlows))
+	r.Get("/flow/{flow_id}", s.handler(s.getFlow))
+	r.Post("/flow/execute", s.handler(s.executePost))
+	r.Get("/flow/execute", s.handler(s.executeGet))
+	r.Post("/flow/instances", s.handler(s.createInstance))
+	r.Get("/flow/instances", s.handler(s.listInstances))
+	r.Get("/flow/instances/{id}", s.handler(s.getInstance))
+	r.Get("/flow/instances/{id}/stream", s.handler(s.streamInstance))
+	r.Post("/flow/instances/{id}/cancel", s.handler(s.cancel))
+	r.NotFound(s.handler(func(w http.ResponseWriter, r *http.Request) error {
+		return &Error{Status: http.StatusNotFound, Code: "not_found", Message: "no route " + r.Method + " " + r.URL.Path}
+	}))
+	r.MethodNotAllowed(s.handler(func(w http.ResponseWriter, r *http.Request) error {
+		return &Error{Status: http.StatusMethodNotAllowed, Code: "method_not_allowed", Message: r.Method + " is not allowed on " + r.URL.Path}
+	}))
+	return r
+}
+
+// accessLog logs each request at info level: method, path without its query
+// (which may hold a user's input), status and duration.
+func (s *Server) accessLog(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		ww := middleware.NewWrapResponseWriter(w, r.ProtoMajor)
+		start := time.Now()
+		next.ServeHTTP(ww, r)
+		s.logger().Info("http", "method", r.Method, "path", r.URL.Path, "status", ww.Status(), "ms", time.Since(start).Milliseconds())
+	})
+}
+
+// health serves GET /healthz.
+func (s *Server) health(w http.ResponseWriter, r *http.Request) error {
+	status := "ok"
+	if s.Engine.Closed() {
+		status = "shutting_down"
+	}
+	refused := s.Refused
+	if refused == nil {
+		refused = []flow.Refused{}
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"status": status, "model": s.Model, "flows": flowIDs(s.Engine.Flows), "refused": refused})
+	return nil
+}
+
+func flowIDs(flows map[string]*flow.Flow) []string {
+	ids := make([]string, 0, len(flows))
+	for id := range flows {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	return ids
+}
+
+type nodeSummary struct {
+	Name    string   `json:"name"`
+	Type    string   `json:"type"`
+	AgentID string   `json:"agent_id"`
+	Tools   []string `json:"tools"`
+}
+
+// listFlows serves GET /flows.
+func (s *Server) listFlows(w http.ResponseWriter, r *http.Request) error {
+	out := []map[string]any{}
+	for _, id := range flowIDs(s.Engine.Flows) {
+		def := s.Engine.Flows[id].Def
+		nodes := []nodeSummary{}
+		for _, name := range sortedNodeNames(def) {
+			n := def.Graph.Nodes[name]
+			tools := n.Tools
+			if tools == nil {
+				tools = []string{}
+			}
+			nodes = append(nodes, nodeSummary{name, n.Type, n.AgentID, tools})
+		}
+		out = append(out, map[string]any{"id": id, "name": def.Name, "description": def.Description, "start": def.Graph.Start, "nodes": nodes})
+	}
+	writeJSON(w, http.StatusOK, out)
+	return nil
+}
+
+func sortedNodeNames(def *flow.Definition) []string {
+	names := make([]string, 0, len(def.Graph.Nodes))
+	for n := range def.Graph.Nodes {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
+}
+
+// getFlow serves GET /flow/{flow_id}.
+func (s *Server) getFlow(w http.ResponseWriter, r *http.Request) error {
+	id := chi.URLParam(r, "flow_id")
+	f := s.Engine.Flows[id]
+	if f == nil {
+		return fmt.Errorf("flow %q: %w", id, flow.ErrNotFound)
+	}
+	writeJSON(w, http.StatusOK, f.Def)
+	return nil
+}
+
+type executeRequest struct {
+	FlowID     string `json:"flow_id" validate:"required"`
+	Input      string `json:"input" validate:"required"`
+	InstanceID string `json:"instance_id,omitempty" validate:"omitempty,uuid"`
+}
+
+// executePost serves POST /flow/execute.
+func (s *Server) executePost(w http.ResponseWriter, r *http.Request) error {
+	var req executeRequest
+	if err := decode(w, r, &req); err != nil {
+		return err
+	}
+	return s.execute(w, r, req)
+}
+
+// executeGet serves GET /flow/execute, the same run for EventSource.
+func (s *Server) executeGet(w http.ResponseWriter, r *http.Request) error {
+	q := r.URL.Query()
+	req := executeRequest{FlowID: q.Get("flow_id"), Input: q.Get("input"), InstanceID: q.Get("instance_id")}
+	if err := check(&req); err != nil {
+		return err
+	}
+	return s.execute(w, r, req)
+}
+
+func (s *Server) execute(w http.ResponseWriter, r *http.Request, req executeRequest) error {
+	sub, err := s.Engine.Start(r.Context(), req.FlowID, req.InstanceID, req.Input)
+	if err != nil {
+		return err
+	}
+	if wantsJSON(r) {
+		return s.collect(w, r, sub)
+	}
+	return s.stream(w, r, sub)
+}
+
+// wantsJSON reports whether the client asked for one JSON document rather
+// than an event stream.
+func wantsJSON(r *http.Request) bool {
+	accept := r.Header.Get("Accept")
+	return strings.Contains(accept, "application/json") && !strings.Contains(accept, "text/event-stream")
+}
+
+// decode reads a JSON request body into v and validates it.
+func decode(w http.ResponseWriter, r *http.Request, v any) error {
+	if mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type")); err != nil || mt != "application/json" {
+		return &Error{Status: http.StatusUnsupportedMediaType, Code: "unsupported_media_type", Message: "send the body as JSON with Content-Type: application/json"}
+	}
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, MaxBody))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		var tooBig *http.MaxBytesError
+		var typ *json.UnmarshalTypeError
+		switch {
+		case errors.As(err, &tooBig):
+			return &Error{Status: http.StatusRequestEntityTooLarge, Code: "body_too_large", Message: fmt.Sprintf("the body is over %d bytes", MaxBody)}
+		case errors.As(err, &typ):
+			return &Error{Status: http.StatusBadRequest, Code: "invalid_request", Message: "invalid request",
+				Fields: []FieldError{{typ.Field, "must be a JSON " + typ.Type.Kind().String()}}}
+		}
+		return &Error{Status: http.StatusBadRequest, Code: "invalid_json", Message: "the body is not a valid JSON object: " + strings.TrimPrefix(err.Error(), "json: ")}
+	}
+	if dec.More() {
+		return &Error{Status: http.StatusBadRequest, Code: "invalid_json", Message: "the body has data after the JSON object"}
+	}
+	return check(v)
+}
+
+var fieldMessages = map[string]string{
+	"required": "is required",
+	"uuid":     "must be an instance id (a UUID)",
+	"gte":      "must be at least %s",
+	"lte":      "must be at most %s",
+}
+
+// check validates a request struct; every failing field is named.
+func check(v any) error {
+	err := validate.Struct(v)
+	var verrs validator.ValidationErrors
+	if !errors.As(err, &verrs) {
+		return err
+	}
+	e := &Error{Status: http.StatusBadRequest, Code: "invalid_request", Message: "invalid request"}
+	for _, fe := range verrs {
+		msg := fieldMessages[fe.Tag()]
+		if strings.Contains(msg, "%s") {
+			msg = fmt.Sprintf(msg, fe.Param())
+		}
+		if msg == "" {
+			msg = "is invalid"
+		}
+		e.Fields = append(e.Fields, FieldError{fe.Field(), msg})
+	}
+	return e
+}
+
+type createRequest struct {
+	FlowID string `json:"flow_id" validate:"required"`
+}
+
+// createInstance serves POST /flow/instances.
+func (s *Server) createInstance(w http.ResponseWriter, r *http.Request) error {
+	var req createRequest
+	if err := decode(w, r, &req); err != nil {
+		return err
+	}
+	inst, err := s.Engine.Create(r.Context(), req.FlowID)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusCreated, map[string]string{"instance_id": inst.ID})
+	return nil
+}
+
+type listQuery struct {
+	Limit  int    `json:"limit" validate:"gte=1,lte=1000"`
+	FlowID string `json:"flow_id"`
+}
+
+// listInstances serves GET /flow/instances.
+func (s *Server) listInstances(w http.ResponseWriter, r *http.Request) error {
+	q := listQuery{Limit: 50, FlowID: r.URL.Query().Get("flow_id")}
+	if l := r.URL.Query().Get("limit"); l != "" {
+		n, err := strconv.Atoi(l)
+		if err != nil {
+			return &Error{Status: http.StatusBadRequest, Code: "invalid_request", Message: "invalid request", Fields: []FieldError{{"limit", "must be a whole number"}}}
+		}
+		q.Limit = n
+	}
+	if err := check(&q); err != nil {
+		return err
+	}
+	list, err := s.Engine.Store.List(r.Context(), flow.ListOptions{FlowID: q.FlowID, Limit: q.Limit})
+	if err != nil {
+		return err
+	}
+	if list == nil {
+		list = []flow.Summary{}
+	}
+	writeJSON(w, http.StatusOK, list)
+	return nil
+}
+
+// researchStep is a step with its hidden fields, for the research view only.
+type researchStep struct {
+	flow.Step
+	Thinking      string `json:"thinking"`
+	AgentGuidance string `json:"agent_guidance"`
+}
+
+// getInstance serves GET /flow/instances/{id}, and with include_hidden=true
+// and the admin token, the research view.
+func (s *Server) getInstance(w http.ResponseWriter, r *http.Request) error {
+	id := chi.URLParam(r, "id")
+	hidden := r.URL.Query().Get("include_hidden") == "true"
+	if hidden && !s.admin(r) {
+		return &Error{Status: http.StatusForbidden, Code: "forbidden", Message: "the research view needs Authorization: Bearer with the server's SUPEREGO_ADMIN_TOKEN"}
+	}
+	inst, err := s.Engine.Store.Get(r.Context(), id)
+	if err != nil {
+		return err
+	}
+	events, err := s.Engine.Store.Events(r.Context(), id, 0)
+	if err != nil {
+		return err
+	}
+	st := flow.Replay(events)
+	var steps any = orEmpty(st.Steps)
+	if hidden {
+		rs := make([]researchStep, len(st.Steps))
+		for i, s := range st.Steps {
+			rs[i] = researchStep{s, s.Thinking, s.AgentGuidance}
+		}
+		steps = rs
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"instance_id": inst.ID, "flow_id": inst.FlowID, "status": st.Status, "steps": steps})
+	return nil
+}
+
+func orEmpty(steps []flow.Step) []flow.Step {
+	if steps == nil {
+		return []flow.Step{}
+	}
+	return steps
+}
+
+// admin reports whether the request carries the admin token; with none
+// configured, nobody is admin.
+func (s *Server) admin(r *http.Request) bool {
+	token, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	return ok && s.AdminToken != "" && subtle.ConstantTimeCompare([]byte(token), []byte(s.AdminToken)) == 1
+}
+
+// cancel serves POST /flow/instances/{id}/cancel.
+func (s *Server) cancel(w http.ResponseWriter, r *http.Request) error {
+	id := chi.URLParam(r, "id")
+	if err := s.Engine.Cancel(r.Context(), id); err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusAccepted, map[string]string{"instance_id": id, "status": "cancelling"})
+	return nil
+}

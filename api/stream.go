@@ -1,0 +1,126 @@
+package api
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strconv"
+
+	"github.com/go-chi/chi/v5"
+	"github.com/tmaxmax/go-sse"
+
+	"superego/flow"
+)
+
+// stream writes a subscription as Server-Sent Events until the run's done
+// event, the end of the subscription, or the client going away (the run goes
+// on without it).
+func (s *Server) stream(w http.ResponseWriter, r *http.Request, sub *flow.Subscription) error {
+	defer s.Engine.Unsubscribe(sub)
+	sess, err := sse.Upgrade(w, r)
+	if err != nil {
+		return fmt.Errorf("stream: %w", err)
+	}
+	sess.Res.Header().Set("Cache-Control", "no-cache")
+	sess.Res.Header().Set("X-Accel-Buffering", "no")
+	if err := sess.Flush(); err != nil { // headers leave now, before the first model call
+		return nil
+	}
+	send := func(ev flow.Event, flush bool) error {
+		data, err := json.Marshal(ev.Data)
+		if err != nil {
+			return err
+		}
+		m := &sse.Message{ID: sse.ID(strconv.FormatInt(ev.ID, 10)), Type: sse.Type(ev.Name)}
+		m.AppendData(string(data))
+		if err := sess.Send(m); err != nil || !flush {
+			return err
+		}
+		return sess.Flush()
+	}
+	for i, ev := range sub.Backlog {
+		if err := send(ev, i == len(sub.Backlog)-1); err != nil {
+			return nil
+		}
+	}
+	for {
+		select {
+		case ev, ok := <-sub.C:
+			if !ok {
+				return nil
+			}
+			// Flush when nothing else is waiting: one write for a burst
+			// of deltas, and no event held back.
+			if err := send(ev, len(sub.C) == 0 || ev.Name == flow.EventDone); err != nil || ev.Name == flow.EventDone {
+				return nil
+			}
+		case <-r.Context().Done():
+			return nil
+		}
+	}
+}
+
+// runResult is the Accept: application/json answer of POST /flow/execute.
+type runResult struct {
+	InstanceID string          `json:"instance_id"`
+	Status     string          `json:"status"`
+	Response   string          `json:"response"`
+	Steps      []flow.Step     `json:"steps"`
+	Error      *flow.ErrorData `json:"error,omitempty"`
+}
+
+// collect waits for the run to end and writes it as one JSON document.
+func (s *Server) collect(w http.ResponseWriter, r *http.Request, sub *flow.Subscription) error {
+	defer s.Engine.Unsubscribe(sub)
+	res := runResult{Steps: []flow.Step{}}
+	for {
+		select {
+		case ev, ok := <-sub.C:
+			if !ok {
+				return fmt.Errorf("run ended without done")
+			}
+			switch d := ev.Data.(type) {
+			case flow.RunStart:
+				res.InstanceID = d.InstanceID
+			case flow.Step:
+				res.Steps = append(res.Steps, d)
+			case flow.ErrorData:
+				res.Error = &d
+			case flow.Done:
+				res.Status, res.Response = d.Status, d.Response
+				writeJSON(w, http.StatusOK, res)
+				return nil
+			}
+		case <-r.Context().Done():
+			return nil
+		}
+	}
+}
+
+// streamInstance serves GET /flow/instances/{id}/stream: the events after
+// Last-Event-ID (or ?after=N), then the live ones while a run lasts.
+func (s *Server) streamInstance(w http.ResponseWriter, r *http.Request) error {
+	id := chi.URLParam(r, "id")
+	after := r.Header.Get("Last-Event-ID")
+	if after == "" {
+		after = r.URL.Query().Get("after")
+	}
+	var n int64
+	if after != "" {
+		var err error
+		if n, err = strconv.ParseInt(after, 10, 64); err != nil || n < 0 {
+			return &Error{Status: http.StatusBadRequest, Code: "invalid_request", Message: "invalid request",
+				Fields: []FieldError{{"after", "must be an event id: a whole number, 0 or more"}}}
+		}
+	}
+	sub, err := s.Engine.Subscribe(r.Context(), id, n)
+	if err != nil {
+		return err
+	}
+	if len(sub.Backlog) == 0 && sub.Idle() {
+		// Nothing after N and no run: 204 tells EventSource to stop reconnecting.
+		w.WriteHeader(http.StatusNoContent)
+		return nil
+	}
+	return s.stream(w, r, sub)
+}

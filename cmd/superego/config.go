@@ -1,0 +1,101 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"strconv"
+	"time"
+)
+
+// config is every setting, flat. Flags override environment variables,
+// which override defaults (SPEC §5).
+type config struct {
+	Addr          string
+	Flows         string
+	Constitutions string
+	Model         string
+	AdminToken    string
+	SearchURL     string
+	ModelTimeout  time.Duration
+	Grace         time.Duration
+	MaxRuns       int
+
+	OpenAIKey        string
+	OpenAIBaseURL    string
+	AnthropicKey     string
+	AnthropicBaseURL string
+	OllamaHost       string
+
+	JSON bool // run: print events as JSON lines
+}
+
+var errHelp = errors.New("help requested")
+
+func parseConfig(cmd string, args []string, getenv func(string) string, stderr io.Writer) (config, []string, error) {
+	env := func(key, def string) string {
+		if v := getenv(key); v != "" {
+			return v
+		}
+		return def
+	}
+	c := config{
+		OpenAIKey:        getenv("OPENAI_API_KEY"),
+		OpenAIBaseURL:    getenv("OPENAI_BASE_URL"),
+		AnthropicKey:     getenv("ANTHROPIC_API_KEY"),
+		AnthropicBaseURL: getenv("ANTHROPIC_BASE_URL"),
+		OllamaHost:       getenv("OLLAMA_HOST"),
+		AdminToken:       getenv("SUPEREGO_ADMIN_TOKEN"),
+	}
+	defaultModel := "offline"
+	switch {
+	case c.OpenAIKey != "":
+		defaultModel = "openai:gpt-4o-mini"
+	case c.AnthropicKey != "":
+		defaultModel = "anthropic:claude-sonnet-4-5"
+	}
+	fs := flag.NewFlagSet("superego "+cmd, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.StringVar(&c.Addr, "addr", env("SUPEREGO_ADDR", "127.0.0.1:8080"), "listen address (SUPEREGO_ADDR)")
+	fs.StringVar(&c.Flows, "flows", env("SUPEREGO_FLOWS", "./flows"), "flow definitions directory (SUPEREGO_FLOWS)")
+	fs.StringVar(&c.Constitutions, "constitutions", env("SUPEREGO_CONSTITUTIONS", "./constitutions"), "constitutions directory (SUPEREGO_CONSTITUTIONS)")
+	fs.StringVar(&c.Model, "model", env("SUPEREGO_MODEL", defaultModel), `default model, "provider:model": openai, anthropic, ollama or offline (SUPEREGO_MODEL)`)
+	fs.StringVar(&c.SearchURL, "search-url", env("SUPEREGO_SEARCH_URL", ""), "SearXNG instance for the search tool (SUPEREGO_SEARCH_URL)")
+	modelTimeout, grace, maxRuns := env("SUPEREGO_MODEL_TIMEOUT", "2m"), env("SUPEREGO_GRACE", "30s"), env("SUPEREGO_MAX_RUNS", "256")
+	fs.StringVar(&modelTimeout, "model-timeout", modelTimeout, "longest wait for one model or tool call (SUPEREGO_MODEL_TIMEOUT)")
+	fs.StringVar(&grace, "grace", grace, "at shutdown, how long runs in flight may take to finish (SUPEREGO_GRACE)")
+	fs.StringVar(&maxRuns, "max-runs", maxRuns, "runs in flight at once; more get 429 (SUPEREGO_MAX_RUNS)")
+	if cmd == "run" {
+		fs.BoolVar(&c.JSON, "json", false, "print every event as a JSON line")
+	}
+	fs.Usage = func() {
+		fmt.Fprint(stderr, usage+"\nflags:\n")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return c, nil, errHelp
+		}
+		return c, nil, err
+	}
+	var err error
+	if c.ModelTimeout, err = positiveDuration("model-timeout", modelTimeout); err != nil {
+		return c, nil, err
+	}
+	if c.Grace, err = positiveDuration("grace", grace); err != nil {
+		return c, nil, err
+	}
+	if c.MaxRuns, err = strconv.Atoi(maxRuns); err != nil || c.MaxRuns < 1 {
+		return c, nil, fmt.Errorf("max-runs: %q is not a whole number of 1 or more", maxRuns)
+	}
+	return c, fs.Args(), nil
+}
+
+func positiveDuration(name, s string) (time.Duration, error) {
+	d, err := time.ParseDuration(s)
+	if err != nil || d <= 0 {
+		return 0, fmt.Errorf("%s: %q is not a duration such as 30s or 2m", name, s)
+	}
+	return d, nil
+}

@@ -1,0 +1,228 @@
+// Command superego serves flows of superego and inner agents over HTTP and
+// Server-Sent Events, runs a flow from the terminal, and validates flow files.
+//
+//	superego serve                      # the server (the default)
+//	superego run FLOW "message"         # one run, printed as it streams
+//	superego validate [FILE...]         # check flow files
+//
+// Configuration is flags, then environment variables, then defaults; see
+// config.go and the README.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"sort"
+	"strings"
+	"syscall"
+	"time"
+
+	"superego/agents"
+	"superego/api"
+	"superego/flow"
+	"superego/tools"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+// Exit codes. A run's exit code says how it ended.
+const (
+	exitOK        = 0
+	exitFailed    = 1
+	exitUsage     = 2
+	exitBlocked   = 3
+	exitAwaiting  = 4
+	exitIterLimit = 5
+	exitCancelled = 6
+)
+
+var statusExit = map[string]int{
+	flow.StatusCompleted:      exitOK,
+	flow.StatusFailed:         exitFailed,
+	flow.StatusBlocked:        exitBlocked,
+	flow.StatusAwaitingInput:  exitAwaiting,
+	flow.StatusAwaitingReview: exitAwaiting,
+	flow.StatusIterationLimit: exitIterLimit,
+	flow.StatusCancelled:      exitCancelled,
+}
+
+func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
+	cmd := "serve"
+	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
+		cmd, args = args[0], args[1:]
+	}
+	cfg, rest, err := parseConfig(cmd, args, getenv, stderr)
+	if errors.Is(err, errHelp) {
+		return exitOK
+	}
+	if err != nil {
+		fmt.Fprintln(stderr, "superego:", err)
+		return exitUsage
+	}
+	switch cmd {
+	case "serve":
+		if len(rest) > 0 {
+			fmt.Fprintf(stderr, "superego serve: unexpected argument %q\n", rest[0])
+			return exitUsage
+		}
+		if err := serve(ctx, cfg, stdout, stderr, nil); err != nil {
+			fmt.Fprintln(stderr, "superego:", err)
+			return exitFailed
+		}
+		return exitOK
+	case "run":
+		return runFlow(ctx, cfg, rest, stdout, stderr)
+	case "validate":
+		return validateFlows(cfg, rest, stdout, stderr)
+	}
+	fmt.Fprintf(stderr, "superego: unknown command %q\n\n%s", cmd, usage)
+	return exitUsage
+}
+
+const usage = `usage:
+  superego serve [flags]                       serve flows over HTTP (the default)
+  superego run [flags] FLOW "message"          run a flow once and print it as it streams
+  superego validate [flags] [FILE.json ...]    check flow files (default: every file in --flows)
+  superego COMMAND -h                          flags of a command
+`
+
+// wire builds the engine from the configuration: flows, tools, models.
+func wire(cfg config, log *slog.Logger) (*flow.Engine, []flow.Refused, *agents.Providers, error) {
+	set := tools.Builtin(&tools.Search{URL: cfg.SearchURL})
+	texts, err := flow.Constitutions(cfg.Constitutions)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	flows, refused, err := flow.LoadDir(cfg.Flows, flow.Catalog{Tools: set.Names(), Providers: agents.ProviderNames, Texts: texts})
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	providers := &agents.Providers{
+		Default:          cfg.Model,
+		OpenAIKey:        cfg.OpenAIKey,
+		OpenAIBaseURL:    cfg.OpenAIBaseURL,
+		AnthropicKey:     cfg.AnthropicKey,
+		AnthropicBaseURL: cfg.AnthropicBaseURL,
+		OllamaHost:       cfg.OllamaHost,
+	}
+	if _, err := providers.Model(""); err != nil {
+		return nil, nil, nil, err
+	}
+	agent := &agents.Agent{Model: providers.Model, Tools: set, Timeout: cfg.ModelTimeout}
+	engine := &flow.Engine{Flows: flows, Exec: &flow.Executor{Agent: agent}, Store: &flow.MemStore{}, MaxRuns: cfg.MaxRuns, Log: log}
+	return engine, refused, providers, nil
+}
+
+// serve runs the HTTP server until ctx ends, then shuts down gracefully:
+// new runs get 503, runs in flight get cfg.Grace to finish.
+func serve(ctx context.Context, cfg config, stdout, stderr io.Writer, ready chan<- string) error {
+	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	engine, refused, providers, err := wire(cfg, log)
+	if err != nil {
+		return err
+	}
+	for _, r := range refused {
+		log.Warn("flow refused", "flow", r.ID, "errors", strings.Join(r.Errors, "; "))
+	}
+	model, _ := providers.Model("")
+	srv := &http.Server{
+		Handler:           (&api.Server{Engine: engine, Refused: refused, Model: healthModel(model.Name), AdminToken: cfg.AdminToken, Log: log}).Handler(),
+		ReadHeaderTimeout: 10 * time.Second,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}
+	ln, err := net.Listen("tcp", cfg.Addr)
+	if err != nil {
+		return err
+	}
+	addr := ln.Addr().String()
+	log.Info("listening", "addr", "http://"+addr, "model", model.Name, "flows", len(engine.Flows), "refused", len(refused))
+	if model.Name == agents.OfflineName {
+		log.Warn("the model is the built-in offline model, not a language model: set SUPEREGO_MODEL, OPENAI_API_KEY or ANTHROPIC_API_KEY for real judgments")
+	}
+	if _, ok := engine.Flows["basic_calculator"]; ok {
+		fmt.Fprintf(stdout, "superego is serving on http://%s. Run a flow:\n\n  curl -N http://%s/flow/execute -H 'Content-Type: application/json' -d '{\"flow_id\":\"basic_calculator\",\"input\":\"What is 5*10?\"}'\n\n", addr, addr)
+	}
+	if ready != nil {
+		ready <- addr
+	}
+	errc := make(chan error, 1) // Serve's result, read once whichever way serve ends
+	go func() { errc <- srv.Serve(ln) }()
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+	}
+	log.Info("shutting down", "grace", cfg.Grace)
+	grace, cancel := context.WithTimeout(context.Background(), cfg.Grace)
+	defer cancel()
+	if err := engine.Close(grace); err != nil {
+		log.Warn("shutdown", "err", err)
+	}
+	final, cancel2 := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel2()
+	return srv.Shutdown(final)
+}
+
+func healthModel(name string) string {
+	if name == agents.OfflineName {
+		return "offline"
+	}
+	return name
+}
+
+// validateFlows checks flow files and prints every problem; it exits 1 if
+// any file is refused.
+func validateFlows(cfg config, files []string, stdout, stderr io.Writer) int {
+	texts, err := flow.Constitutions(cfg.Constitutions)
+	if err != nil {
+		fmt.Fprintln(stderr, "superego validate:", err)
+		return exitUsage
+	}
+	cat := flow.Catalog{Tools: tools.Builtin(nil).Names(), Providers: agents.ProviderNames, Texts: texts}
+	var refused []flow.Refused
+	var ok []string
+	if len(files) == 0 {
+		flows, r, err := flow.LoadDir(cfg.Flows, cat)
+		if err != nil {
+			fmt.Fprintln(stderr, "superego validate:", err)
+			return exitUsage
+		}
+		refused = r
+		for id := range flows {
+			ok = append(ok, id)
+		}
+	}
+	for _, f := range files {
+		if _, err := flow.LoadFile(f, cat); err != nil {
+			refused = append(refused, flow.Refusal(f, err))
+			continue
+		}
+		ok = append(ok, f)
+	}
+	sort.Strings(ok)
+	for _, id := range ok {
+		fmt.Fprintf(stdout, "ok       %s\n", id)
+	}
+	for _, r := range refused {
+		fmt.Fprintf(stdout, "refused  %s\n", r.ID)
+		for _, e := range r.Errors {
+			fmt.Fprintf(stdout, "         %s\n", e)
+		}
+	}
+	if len(refused) > 0 {
+		return exitFailed
+	}
+	return exitOK
+}

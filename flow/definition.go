@@ -1,0 +1,329 @@
+package flow
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"reflect"
+	"regexp"
+	"sort"
+	"strings"
+
+	"github.com/go-playground/validator/v10"
+)
+
+// Node types.
+const (
+	Superego   = "superego"
+	InnerAgent = "inner_agent"
+)
+
+// Decisions the engine gives meaning to. A node may declare any others
+// through its transitions.
+const (
+	Block              = "BLOCK"
+	Accept             = "ACCEPT"
+	Caution            = "CAUTION"
+	NeedsClarification = "NEEDS_CLARIFICATION"
+	Complete           = "COMPLETE"
+	NeedsTool          = "NEEDS_TOOL"
+	MaxIterations      = "MAX_ITERATIONS" // a transition key, never a model's decision
+	AnyDecision        = "*"
+)
+
+// DefaultMaxIterations and DefaultMaxSteps are the caps a flow gets when it
+// sets none.
+const (
+	DefaultMaxIterations = 3
+	DefaultMaxSteps      = 50
+)
+
+// Definition is a flow file as written: flows/ID.json.
+type Definition struct {
+	Name        string `json:"name" validate:"required"`
+	Description string `json:"description,omitempty"`
+	Graph       Graph  `json:"graph"`
+}
+
+// Graph is the node graph of a flow definition.
+type Graph struct {
+	Start    string           `json:"start" validate:"required"`
+	MaxSteps int              `json:"max_steps,omitempty" validate:"gte=0"`
+	Nodes    map[string]*Node `json:"nodes" validate:"required,min=1,dive,keys,nodename,endkeys,required"`
+}
+
+// Node is one node of a graph. A nil transition target ends the run.
+type Node struct {
+	Name          string             `json:"-"` // its key in graph.nodes
+	Type          string             `json:"type" validate:"required,oneof=superego inner_agent"`
+	AgentID       string             `json:"agent_id" validate:"required"`
+	Constitution  string             `json:"constitution,omitempty"`
+	SystemPrompt  string             `json:"system_prompt,omitempty"`
+	Tools         []string           `json:"tools,omitempty" validate:"dive,required"`
+	Model         string             `json:"model,omitempty" validate:"omitempty,model"`
+	MaxIterations int                `json:"max_iterations,omitempty" validate:"gte=0"`
+	Transitions   map[string]*string `json:"transitions" validate:"required,min=1,dive,keys,decision,endkeys"`
+}
+
+// Problem is one thing wrong with a flow definition, at a JSON path.
+type Problem struct {
+	Path    string `json:"path"`
+	Message string `json:"message"`
+}
+
+func (p Problem) String() string {
+	if p.Path == "" {
+		return p.Message
+	}
+	return p.Path + ": " + p.Message
+}
+
+// InvalidError lists every problem found in a flow definition.
+type InvalidError struct {
+	Problems []Problem
+}
+
+func (e *InvalidError) Error() string {
+	s := make([]string, len(e.Problems))
+	for i, p := range e.Problems {
+		s[i] = p.String()
+	}
+	return strings.Join(s, "; ")
+}
+
+func (e *InvalidError) Unwrap() error { return ErrInvalid }
+
+// Catalog is what a definition may refer to besides its own nodes.
+type Catalog struct {
+	Tools     []string          // tool names nodes may list
+	Providers []string          // model providers a node's "model" may name
+	Texts     map[string]string // constitution name → text (constitutions/NAME.md)
+}
+
+var (
+	decisionRe = regexp.MustCompile(`^[A-Z][A-Z0-9_]*$`)
+	nodeNameRe = regexp.MustCompile(`^[A-Za-z0-9_.-]+$`)
+	modelRe    = regexp.MustCompile(`^[a-z][a-z0-9-]*(:.+)?$`)
+	validate   = newValidator()
+)
+
+func newValidator() *validator.Validate {
+	v := validator.New(validator.WithRequiredStructEnabled())
+	v.RegisterTagNameFunc(func(f reflect.StructField) string {
+		return strings.Split(f.Tag.Get("json"), ",")[0]
+	})
+	must := func(err error) {
+		if err != nil {
+			panic(err)
+		}
+	}
+	must(v.RegisterValidation("decision", func(fl validator.FieldLevel) bool {
+		s := fl.Field().String()
+		return s == AnyDecision || decisionRe.MatchString(s)
+	}))
+	must(v.RegisterValidation("nodename", func(fl validator.FieldLevel) bool {
+		s := fl.Field().String()
+		return nodeNameRe.MatchString(s) && s != "self"
+	}))
+	must(v.RegisterValidation("model", func(fl validator.FieldLevel) bool {
+		return modelRe.MatchString(fl.Field().String())
+	}))
+	return v
+}
+
+var tagMessages = map[string]string{
+	"required": "is required",
+	"min":      "must not be empty",
+	"oneof":    "must be one of: %s",
+	"gte":      "must not be negative",
+	"decision": `must be "*" or an upper-case word such as ACCEPT`,
+	"nodename": `must be letters, digits, "_", "-" or "." and not "self"`,
+	"model":    `must be "provider" or "provider:model", such as "openai:gpt-4o-mini"`,
+}
+
+// Parse decodes and validates a flow definition. Constitution names are
+// resolved against cat.Texts; the returned definition has them embedded.
+// Errors are *InvalidError listing every problem found.
+func Parse(data []byte, cat Catalog) (*Definition, error) {
+	var def Definition
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&def); err != nil {
+		return nil, &InvalidError{[]Problem{{Message: jsonProblem(data, err)}}}
+	}
+	if dec.More() {
+		return nil, &InvalidError{[]Problem{{Message: "unexpected data after the flow object"}}}
+	}
+	var problems []Problem
+	if err := validate.Struct(&def); err != nil {
+		var verrs validator.ValidationErrors
+		if !errors.As(err, &verrs) {
+			return nil, fmt.Errorf("validate flow: %w", err)
+		}
+		for _, fe := range verrs {
+			msg := tagMessages[fe.Tag()]
+			if strings.Contains(msg, "%s") {
+				msg = fmt.Sprintf(msg, strings.ReplaceAll(fe.Param(), " ", ", "))
+			}
+			if msg == "" {
+				msg = "is invalid (" + fe.Tag() + ")"
+			}
+			problems = append(problems, Problem{jsonPath(fe.Namespace()), msg})
+		}
+	}
+	problems = append(problems, crossCheck(&def, cat)...)
+	if len(problems) > 0 {
+		sort.SliceStable(problems, func(i, j int) bool { return problems[i].Path < problems[j].Path })
+		return nil, &InvalidError{problems}
+	}
+	for name, n := range def.Graph.Nodes {
+		n.Name = name
+		if text, ok := cat.Texts[n.Constitution]; ok {
+			n.Constitution = text
+		}
+	}
+	return &def, nil
+}
+
+// Iterations is how many times the node may run within one run.
+func (n *Node) Iterations() int {
+	if n.MaxIterations > 0 {
+		return n.MaxIterations
+	}
+	return DefaultMaxIterations
+}
+
+// Decisions are the decisions the node's model may take: its transition
+// keys without "*" and MAX_ITERATIONS, or, where that leaves none, the
+// defaults of its type.
+func (n *Node) Decisions() []string {
+	var ds []string
+	for k := range n.Transitions {
+		if k != AnyDecision && k != MaxIterations && k != NeedsTool {
+			ds = append(ds, k)
+		}
+	}
+	if len(ds) == 0 {
+		if n.Type == Superego {
+			return []string{Accept, Block, Caution, NeedsClarification}
+		}
+		return []string{Complete}
+	}
+	sort.Strings(ds)
+	return ds
+}
+
+// Target is where the decision leads: a node name ("self" resolved), or ""
+// for the end of the run. ok is false when no transition matches; "*" does
+// not catch NEEDS_TOOL or MAX_ITERATIONS.
+func (n *Node) Target(decision string) (target string, ok bool) {
+	t, ok := n.Transitions[decision]
+	if !ok && decision != NeedsTool && decision != MaxIterations {
+		t, ok = n.Transitions[AnyDecision]
+	}
+	switch {
+	case !ok:
+		return "", false
+	case t == nil:
+		return "", true
+	case *t == "self":
+		return n.Name, true
+	}
+	return *t, true
+}
+
+// Limit is how many node steps one run may append.
+func (g *Graph) Limit() int {
+	if g.MaxSteps > 0 {
+		return g.MaxSteps
+	}
+	return DefaultMaxSteps
+}
+
+// jsonPath turns validator's "Definition.graph.nodes[calc].type" into
+// "graph.nodes.calc.type".
+func jsonPath(ns string) string {
+	_, ns, _ = strings.Cut(ns, ".")
+	ns = strings.ReplaceAll(ns, "[", ".")
+	return strings.ReplaceAll(ns, "]", "")
+}
+
+// jsonProblem describes a decoding error with the line it happened on.
+func jsonProblem(data []byte, err error) string {
+	var syn *json.SyntaxError
+	var typ *json.UnmarshalTypeError
+	switch {
+	case errors.As(err, &syn):
+		return fmt.Sprintf("line %d: malformed JSON: %v", 1+bytes.Count(data[:syn.Offset], []byte("\n")), syn)
+	case errors.As(err, &typ):
+		return fmt.Sprintf("%s: must be a JSON %s, not %s", typ.Field, typ.Type.Kind(), typ.Value)
+	case errors.Is(err, io.EOF):
+		return "empty file: a flow is a JSON object"
+	}
+	return strings.TrimPrefix(err.Error(), "json: ")
+}
+
+// crossCheck finds what struct tags cannot express: references between nodes,
+// to tools, to providers.
+func crossCheck(def *Definition, cat Catalog) []Problem {
+	var out []Problem
+	add := func(path, format string, args ...any) {
+		out = append(out, Problem{path, fmt.Sprintf(format, args...)})
+	}
+	g := def.Graph
+	if g.Start != "" && g.Nodes[g.Start] == nil && len(g.Nodes) > 0 {
+		add("graph.start", "unknown node %q (nodes: %s)", g.Start, strings.Join(sortedKeys(g.Nodes), ", "))
+	}
+	tools := setOf(cat.Tools)
+	providers := setOf(cat.Providers)
+	for name, n := range g.Nodes {
+		if n == nil {
+			continue
+		}
+		base := "graph.nodes." + name
+		for key, target := range n.Transitions {
+			if target != nil && *target != "self" && g.Nodes[*target] == nil {
+				add(base+".transitions."+key, "unknown node %q", *target)
+			}
+		}
+		for i, t := range n.Tools {
+			if t != "" && cat.Tools != nil && !tools[t] {
+				add(fmt.Sprintf("%s.tools.%d", base, i), "unknown tool %q (tools: %s)", t, strings.Join(cat.Tools, ", "))
+			}
+		}
+		if p, _, _ := strings.Cut(n.Model, ":"); n.Model != "" && cat.Providers != nil && !providers[p] {
+			add(base+".model", "unknown provider %q (providers: %s)", p, strings.Join(cat.Providers, ", "))
+		}
+		if len(n.Transitions) > 0 && len(n.Decisions()) > 0 {
+			if _, ok := n.Target(n.Decisions()[0]); !ok {
+				add(base+".transitions", "no decision leads anywhere: add a decision such as %s, or \"*\"", n.Decisions()[0])
+			}
+		}
+		switch {
+		case n.Type == Superego && strings.TrimSpace(n.Constitution) == "":
+			add(base+".constitution", "a superego node needs a constitution")
+		case n.Type == InnerAgent && n.Constitution != "":
+			add(base+".constitution", "only superego nodes have a constitution; an inner agent has a system_prompt")
+		}
+	}
+	return out
+}
+
+func setOf(xs []string) map[string]bool {
+	m := make(map[string]bool, len(xs))
+	for _, x := range xs {
+		m[x] = true
+	}
+	return m
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}

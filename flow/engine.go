@@ -1,0 +1,287 @@
+package flow
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+)
+
+// Flow is a loaded, valid flow definition.
+type Flow struct {
+	ID  string
+	Def *Definition
+}
+
+// Engine starts runs of flows on instances, lets clients watch them, and
+// owns their goroutines: a run goes on when the client that started it goes
+// away, and ends when it ends, is cancelled, or the engine closes.
+type Engine struct {
+	Flows   map[string]*Flow
+	Exec    *Executor
+	Store   Store
+	MaxRuns int          // runs in flight at once; 0 means 256
+	Log     *slog.Logger // default slog.Default()
+
+	mu     sync.Mutex
+	live   map[string]*liveRun // by instance id
+	closed bool
+	wg     sync.WaitGroup
+}
+
+type liveRun struct {
+	cancel context.CancelFunc
+	mu     sync.Mutex // orders seq, Append and fan-out, so a subscriber sees no gap
+	seq    int64
+	subs   map[*Subscription]struct{}
+}
+
+// Subscription receives an instance's events: Backlog first, then C until
+// it is closed, at the run's end or when the subscriber fell too far behind.
+type Subscription struct {
+	Backlog []Event
+	C       <-chan Event
+	c       chan Event
+	run     *liveRun
+}
+
+// subBuffer is how many events a subscriber may lag behind before it is
+// dropped; it lets a run go on at full speed while a client's TCP window
+// fills, without holding events for a client that is gone.
+const subBuffer = 1024
+
+// Start begins a run of flowID with input, on instanceID or, where that is
+// "", on a new instance; the subscription it returns sees the whole run.
+func (e *Engine) Start(ctx context.Context, flowID, instanceID, input string) (*Subscription, error) {
+	f := e.Flows[flowID]
+	if f == nil {
+		return nil, fmt.Errorf("flow %q: %w", flowID, ErrNotFound)
+	}
+	runCtx, cancel := context.WithCancel(context.Background())
+	run := &liveRun{cancel: cancel, subs: map[*Subscription]struct{}{}}
+	fail := func(err error) (*Subscription, error) {
+		e.release(instanceID)
+		e.wg.Done()
+		cancel()
+		return nil, err
+	}
+	if instanceID == "" {
+		instanceID = NewID()
+		if err := e.reserve(instanceID, run); err != nil {
+			cancel()
+			return nil, err
+		}
+		if err := e.Store.Create(ctx, Instance{ID: instanceID, FlowID: flowID, CreatedAt: time.Now().UTC()}); err != nil {
+			return fail(fmt.Errorf("create instance: %w", err))
+		}
+	} else {
+		inst, err := e.Store.Get(ctx, instanceID)
+		if err != nil {
+			cancel()
+			return nil, err
+		}
+		if inst.FlowID != flowID {
+			cancel()
+			return nil, fmt.Errorf("instance %s runs flow %q, not %q: %w", instanceID, inst.FlowID, flowID, ErrInvalid)
+		}
+		if err := e.reserve(instanceID, run); err != nil {
+			cancel()
+			return nil, err
+		}
+	}
+	events, err := e.Store.Events(ctx, instanceID, 0)
+	if err != nil {
+		return fail(err)
+	}
+	st := Replay(events)
+	run.seq = st.LastID
+	sub := run.subscribe(nil)
+	turn := Turn{FlowID: flowID, Def: f.Def, InstanceID: instanceID, RunID: NewID(), Steps: st.Steps, Input: input}
+	go func() {
+		defer e.wg.Done()
+		defer cancel()
+		out := e.Exec.Run(runCtx, turn, func(ev Event) error { return e.publish(instanceID, run, ev) })
+		if out.Err != nil {
+			e.logger().Warn("run failed", "instance", instanceID, "flow", flowID, "code", ErrorCode(out.Err), "err", out.Err)
+		}
+		e.release(instanceID)
+		run.mu.Lock()
+		for s := range run.subs {
+			close(s.c)
+		}
+		run.subs = nil
+		run.mu.Unlock()
+	}()
+	return sub, nil
+}
+
+func (e *Engine) reserve(id string, run *liveRun) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	max := e.MaxRuns
+	if max <= 0 {
+		max = 256
+	}
+	switch {
+	case e.closed:
+		return ErrClosed
+	case e.live[id] != nil:
+		return fmt.Errorf("instance %s: %w", id, ErrBusy)
+	case len(e.live) >= max:
+		return fmt.Errorf("%d runs in flight: %w", len(e.live), ErrTooMany)
+	}
+	if e.live == nil {
+		e.live = map[string]*liveRun{}
+	}
+	e.live[id] = run
+	e.wg.Add(1)
+	return nil
+}
+
+func (e *Engine) release(id string) {
+	e.mu.Lock()
+	delete(e.live, id)
+	e.mu.Unlock()
+}
+
+// publish numbers an event, stores it unless it is a partial output, and
+// hands it to every subscriber, dropping those that lag too far behind.
+func (e *Engine) publish(id string, run *liveRun, ev Event) error {
+	run.mu.Lock()
+	defer run.mu.Unlock()
+	run.seq++
+	ev.ID, ev.Time = run.seq, time.Now().UTC()
+	if ev.Name != EventPartial {
+		if err := e.Store.Append(context.Background(), id, ev); err != nil {
+			return fmt.Errorf("record event: %w", err)
+		}
+	}
+	for s := range run.subs {
+		select {
+		case s.c <- ev:
+		default:
+			close(s.c)
+			delete(run.subs, s)
+		}
+	}
+	return nil
+}
+
+func (run *liveRun) subscribe(backlog []Event) *Subscription {
+	c := make(chan Event, subBuffer)
+	s := &Subscription{Backlog: backlog, C: c, c: c, run: run}
+	run.subs[s] = struct{}{}
+	return s
+}
+
+// Subscribe returns the instance's stored events after the given id and,
+// while a run is in progress, its live events.
+func (e *Engine) Subscribe(ctx context.Context, id string, after int64) (*Subscription, error) {
+	if _, err := e.Store.Get(ctx, id); err != nil {
+		return nil, err
+	}
+	e.mu.Lock()
+	run := e.live[id]
+	e.mu.Unlock()
+	if run != nil {
+		run.mu.Lock()
+		defer run.mu.Unlock()
+		if run.subs != nil { // still running
+			backlog, err := e.Store.Events(ctx, id, after)
+			if err != nil {
+				return nil, err
+			}
+			return run.subscribe(backlog), nil
+		}
+	}
+	backlog, err := e.Store.Events(ctx, id, after)
+	if err != nil {
+		return nil, err
+	}
+	c := make(chan Event)
+	close(c)
+	return &Subscription{Backlog: backlog, C: c, c: c}, nil
+}
+
+// Unsubscribe stops a subscription's live events; call it when its client
+// goes away before the run ends.
+func (e *Engine) Unsubscribe(s *Subscription) {
+	if s.run == nil {
+		return
+	}
+	s.run.mu.Lock()
+	defer s.run.mu.Unlock()
+	if _, ok := s.run.subs[s]; ok {
+		delete(s.run.subs, s)
+		close(s.c)
+	}
+}
+
+// Cancel stops the run in progress on an instance; it ends "cancelled".
+func (e *Engine) Cancel(ctx context.Context, id string) error {
+	if _, err := e.Store.Get(ctx, id); err != nil {
+		return err
+	}
+	e.mu.Lock()
+	run := e.live[id]
+	e.mu.Unlock()
+	if run == nil {
+		return fmt.Errorf("instance %s: %w", id, ErrIdle)
+	}
+	run.cancel()
+	return nil
+}
+
+// Close refuses new runs, waits for those in flight until ctx is done, then
+// cancels the rest and waits for them to record how they ended.
+func (e *Engine) Close(ctx context.Context) error {
+	e.mu.Lock()
+	e.closed = true
+	e.mu.Unlock()
+	finished := make(chan struct{})
+	go func() { e.wg.Wait(); close(finished) }()
+	select {
+	case <-finished:
+		return nil
+	case <-ctx.Done():
+	}
+	e.mu.Lock()
+	for _, run := range e.live {
+		run.cancel()
+	}
+	e.mu.Unlock()
+	<-finished
+	return errors.New("flow.engine: runs cancelled at shutdown")
+}
+
+func (e *Engine) logger() *slog.Logger {
+	if e.Log != nil {
+		return e.Log
+	}
+	return slog.Default()
+}
+
+// Create makes a new, empty instance of a flow.
+func (e *Engine) Create(ctx context.Context, flowID string) (Instance, error) {
+	if e.Flows[flowID] == nil {
+		return Instance{}, fmt.Errorf("flow %q: %w", flowID, ErrNotFound)
+	}
+	inst := Instance{ID: NewID(), FlowID: flowID, CreatedAt: time.Now().UTC()}
+	if err := e.Store.Create(ctx, inst); err != nil {
+		return Instance{}, fmt.Errorf("create instance: %w", err)
+	}
+	return inst, nil
+}
+
+// Closed reports whether the engine has stopped taking runs.
+func (e *Engine) Closed() bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.closed
+}
+
+// Idle reports whether the subscription has no live run behind it: all it
+// will ever deliver is its Backlog.
+func (s *Subscription) Idle() bool { return s.run == nil }

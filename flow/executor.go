@@ -1,0 +1,305 @@
+package flow
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Agent runs one node once: one model call, and the tools the model asks for.
+// It may emit partial_output, tool_call and tool_result events as they happen.
+type Agent interface {
+	Act(ctx context.Context, t *Task, emit func(Event)) (Reply, error)
+}
+
+// Task is everything a node's agent is given for one iteration.
+type Task struct {
+	FlowID string
+	Node   *Node
+	StepID string // of the step this iteration will append
+
+	History      []Step // earlier turns, hidden fields removed
+	UserMessage  string // the message that opened this turn
+	Input        string // the message this node works on
+	InputFrom    string // agent id that produced Input; "" for the user
+	Guidance     string // agent_guidance of the step before this node's turn
+	GuidanceFrom string
+	ToolRounds   []Step   // this node's NEEDS_TOOL steps just before, oldest first
+	Decisions    []string // what the model may decide
+}
+
+// Reply is what an agent's model answered.
+type Reply struct {
+	Thinking      string
+	Decision      string
+	AgentGuidance string
+	Response      string
+	ToolUsage     []ToolUse
+	Model         string
+	Usage         *Usage
+	Latency       time.Duration
+}
+
+// Executor runs turns of flow instances. Its zero value needs an Agent.
+type Executor struct {
+	Agent Agent
+	Now   func() time.Time // default time.Now
+}
+
+// Turn is one run of an instance: the input that starts it and the log it
+// continues.
+type Turn struct {
+	FlowID     string
+	Def        *Definition
+	InstanceID string
+	RunID      string
+	Steps      []Step // the instance's log before this run
+	Input      string
+}
+
+// Outcome is how a run ended.
+type Outcome struct {
+	Status   string
+	Response string
+	Err      error // for StatusFailed
+}
+
+// Run executes one turn and reports it through emit, which receives every
+// event in order: run_start, the user's complete_step, then per node
+// node_start, partials and tool events, complete_step, and last done. An
+// error from emit fails the run: a step that cannot be recorded must not be
+// acted on.
+func (x *Executor) Run(ctx context.Context, t Turn, emit func(Event) error) Outcome {
+	now := x.Now
+	if now == nil {
+		now = time.Now
+	}
+	r := &runner{x: x, t: t, now: now, emit: emit, steps: t.Steps, iters: map[string]int{}}
+	out := r.run(ctx)
+	if out.Status == StatusFailed {
+		r.send(EventError, ErrorData{ErrorCode(out.Err), out.Err.Error()})
+	}
+	if err := r.send(EventDone, Done{t.InstanceID, out.Status, out.Response}); err != nil && out.Err == nil {
+		out = Outcome{Status: StatusFailed, Err: err}
+	}
+	return out
+}
+
+type runner struct {
+	x     *Executor
+	t     Turn
+	now   func() time.Time
+	emit  func(Event) error
+	steps []Step
+	iters map[string]int
+	turn  int // index in steps of this turn's user step
+}
+
+func (r *runner) send(name string, data any) error {
+	return r.emit(Event{Name: name, Data: data})
+}
+
+func (r *runner) run(ctx context.Context) Outcome {
+	g := &r.t.Def.Graph
+	if err := r.send(EventRunStart, RunStart{r.t.InstanceID, r.t.RunID, r.t.FlowID, false}); err != nil {
+		return Outcome{Status: StatusFailed, Err: err}
+	}
+	cur := g.Start
+	if n := len(r.steps); n > 0 {
+		if last := r.steps[n-1]; last.Decision == NeedsClarification && last.NextAgent != nil {
+			cur = *last.NextAgent
+		}
+	}
+	r.turn = len(r.steps)
+	first := cur
+	user := Step{AgentID: "user", Role: RoleUser, Response: r.t.Input, NextAgent: &first}
+	if err := r.appendStep(user); err != nil {
+		return Outcome{Status: StatusFailed, Err: err}
+	}
+	var response string
+	for nsteps, hops := 0, 0; ; {
+		if ctx.Err() != nil {
+			return Outcome{Status: StatusCancelled, Response: response}
+		}
+		node := g.Nodes[cur]
+		if r.iters[cur] >= node.Iterations() {
+			// MAX_ITERATIONS chains can cycle between exhausted nodes
+			// without a step; hops bounds them.
+			target, ok := node.Target(MaxIterations)
+			if hops++; !ok || target == "" || hops > len(g.Nodes) {
+				return Outcome{Status: StatusIterationLimit, Response: response}
+			}
+			cur = target
+			continue
+		}
+		if nsteps >= g.Limit() {
+			return Outcome{Status: StatusIterationLimit, Response: response}
+		}
+		nsteps, hops = nsteps+1, 0
+		r.iters[cur]++
+
+		step, err := r.act(ctx, node)
+		if err != nil {
+			if ctx.Err() != nil && !errors.Is(err, ErrTimeout) {
+				return Outcome{Status: StatusCancelled, Response: response}
+			}
+			return Outcome{Status: StatusFailed, Response: response, Err: err}
+		}
+		if step.Response != "" {
+			response = step.Response
+		}
+		if err := r.appendStep(step); err != nil {
+			return Outcome{Status: StatusFailed, Response: response, Err: err}
+		}
+		switch {
+		case step.Decision == NeedsClarification:
+			return Outcome{Status: StatusAwaitingInput, Response: response}
+		case step.NextAgent == nil && step.Decision == Block && node.Type == Superego:
+			return Outcome{Status: StatusBlocked, Response: response}
+		case step.NextAgent == nil:
+			return Outcome{Status: StatusCompleted, Response: response}
+		}
+		cur = *step.NextAgent
+	}
+}
+
+// appendStep numbers a step, stamps it, and emits it.
+func (r *runner) appendStep(s Step) error {
+	s.StepID = strconv.Itoa(len(r.steps) + 1)
+	s.Timestamp = r.now().UTC()
+	r.steps = append(r.steps, s)
+	return r.send(EventCompleteStep, s)
+}
+
+// act runs one iteration of node and makes its step.
+func (r *runner) act(ctx context.Context, node *Node) (Step, error) {
+	if err := r.send(EventNodeStart, NodeStart{node.Name, node.AgentID}); err != nil {
+		return Step{}, err
+	}
+	task := r.task(node)
+	reply, err := r.x.Agent.Act(ctx, task, func(e Event) { _ = r.emit(e) })
+	if err != nil {
+		return Step{}, fmt.Errorf("node %s: %w", node.Name, err)
+	}
+	s := Step{
+		AgentID:       node.AgentID,
+		Node:          node.Name,
+		Role:          RoleAssistant,
+		Input:         task.Input,
+		ToolUsage:     reply.ToolUsage,
+		Response:      reply.Response,
+		Thinking:      reply.Thinking,
+		AgentGuidance: reply.AgentGuidance,
+		Model:         reply.Model,
+		Usage:         reply.Usage,
+		LatencyMS:     reply.Latency.Milliseconds(),
+	}
+	if node.Type == Superego {
+		s.Constitution = node.Constitution
+	} else {
+		s.SystemPrompt = node.SystemPrompt
+	}
+	target, err := decide(node, task.Decisions, reply, &s)
+	if err != nil {
+		return Step{}, fmt.Errorf("node %s: %w", node.Name, err)
+	}
+	if target != "" {
+		s.NextAgent = &target
+	}
+	return s, nil
+}
+
+// decide sets the step's decision (and fallback, where the reply had no
+// valid one) and returns the next node, "" for the end.
+func decide(node *Node, allowed []string, reply Reply, s *Step) (string, error) {
+	if len(reply.ToolUsage) > 0 {
+		s.Decision = NeedsTool
+		if target, ok := node.Target(NeedsTool); ok {
+			return target, nil
+		}
+		return node.Name, nil
+	}
+	d := strings.ToUpper(strings.TrimSpace(reply.Decision))
+	for _, a := range allowed {
+		if d == a {
+			s.Decision = d
+			target, _ := node.Target(d)
+			return target, nil
+		}
+	}
+	if star, ok := node.Transitions[AnyDecision]; ok && decisionRe.MatchString(d) {
+		s.Decision = d
+		return resolve(node, star), nil
+	}
+	fallback := Complete
+	if node.Type == Superego {
+		fallback = Caution
+	}
+	why := "the reply had no decision"
+	if d != "" {
+		why = fmt.Sprintf("%q is not one of %s", truncate(d, 40), strings.Join(allowed, ", "))
+	}
+	s.Decision = fallback
+	if star, ok := node.Transitions[AnyDecision]; ok {
+		s.Fallback = why + `; followed "*"`
+		return resolve(node, star), nil
+	}
+	s.Fallback = why + "; used " + fallback
+	target, ok := node.Target(fallback)
+	if !ok {
+		return "", fmt.Errorf("%w: %s, and the node has no %s or \"*\" transition to fall back on", ErrModelOutput, why, fallback)
+	}
+	return target, nil
+}
+
+func resolve(node *Node, t *string) string {
+	switch {
+	case t == nil:
+		return ""
+	case *t == "self":
+		return node.Name
+	}
+	return *t
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
+}
+
+// task gathers what node's agent needs from the log.
+func (r *runner) task(node *Node) *Task {
+	t := &Task{
+		FlowID:      r.t.FlowID,
+		Node:        node,
+		StepID:      strconv.Itoa(len(r.steps) + 1),
+		UserMessage: r.t.Input,
+		Input:       r.t.Input,
+		Decisions:   node.Decisions(),
+	}
+	for _, s := range r.steps[:r.turn] {
+		s.Thinking, s.AgentGuidance = "", ""
+		t.History = append(t.History, s)
+	}
+	this := r.steps[r.turn+1:]
+	i := len(this)
+	for i > 0 && this[i-1].Node == node.Name && this[i-1].Decision == NeedsTool {
+		i--
+	}
+	t.ToolRounds = this[i:]
+	if i > 0 {
+		t.Guidance, t.GuidanceFrom = this[i-1].AgentGuidance, this[i-1].AgentID
+	}
+	for j := len(this) - 1; j >= 0; j-- {
+		if s := this[j]; s.Response != "" && r.t.Def.Graph.Nodes[s.Node].Type == InnerAgent {
+			t.Input, t.InputFrom = s.Response, s.AgentID
+			break
+		}
+	}
+	return t
+}

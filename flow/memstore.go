@@ -1,0 +1,90 @@
+package flow
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"sync"
+)
+
+// MemStore is a Store in memory; its zero value is ready. Instances are lost
+// with the process.
+type MemStore struct {
+	mu   sync.RWMutex
+	inst map[string]*memInstance
+}
+
+type memInstance struct {
+	Instance
+	events []Event
+}
+
+var _ Store = (*MemStore)(nil)
+
+func (m *MemStore) Create(_ context.Context, inst Instance) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.inst == nil {
+		m.inst = map[string]*memInstance{}
+	}
+	if m.inst[inst.ID] != nil {
+		return fmt.Errorf("instance %s exists", inst.ID)
+	}
+	m.inst[inst.ID] = &memInstance{Instance: inst}
+	return nil
+}
+
+func (m *MemStore) Get(_ context.Context, id string) (Instance, error) {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	mi := m.inst[id]
+	if mi == nil {
+		return Instance{}, fmt.Errorf("instance %q: %w", id, ErrNotFound)
+	}
+	return mi.Instance, nil
+}
+
+func (m *MemStore) List(_ context.Context, opt ListOptions) ([]Summary, error) {
+	m.mu.RLock()
+	var out []Summary
+	for _, mi := range m.inst {
+		if opt.FlowID != "" && mi.FlowID != opt.FlowID {
+			continue
+		}
+		st := Replay(mi.events)
+		out = append(out, Summary{mi.Instance, st.Status, st.UpdatedAt, len(st.Steps)})
+	}
+	m.mu.RUnlock()
+	sort.Slice(out, func(i, j int) bool {
+		if !out[i].CreatedAt.Equal(out[j].CreatedAt) {
+			return out[i].CreatedAt.After(out[j].CreatedAt)
+		}
+		return out[i].ID > out[j].ID
+	})
+	if opt.Limit > 0 && len(out) > opt.Limit {
+		out = out[:opt.Limit]
+	}
+	return out, nil
+}
+
+func (m *MemStore) Append(_ context.Context, id string, e Event) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	mi := m.inst[id]
+	if mi == nil {
+		return fmt.Errorf("instance %q: %w", id, ErrNotFound)
+	}
+	mi.events = append(mi.events, e)
+	return nil
+}
+
+func (m *MemStore) Events(_ context.Context, id string, after int64) ([]Event, error) {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	mi := m.inst[id]
+	if mi == nil {
+		return nil, fmt.Errorf("instance %q: %w", id, ErrNotFound)
+	}
+	i := sort.Search(len(mi.events), func(i int) bool { return mi.events[i].ID > after })
+	return append([]Event(nil), mi.events[i:]...), nil
+}

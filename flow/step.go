@@ -1,0 +1,159 @@
+package flow
+
+import (
+	"encoding/json"
+	"errors"
+	"time"
+)
+
+// Roles of a step.
+const (
+	RoleUser      = "user"
+	RoleAssistant = "assistant"
+	RoleSystem    = "system"
+)
+
+// Statuses of an instance: how its last run ended, or Running.
+const (
+	StatusRunning        = "running"
+	StatusCompleted      = "completed"
+	StatusBlocked        = "blocked"
+	StatusAwaitingInput  = "awaiting_input"
+	StatusAwaitingReview = "awaiting_review"
+	StatusIterationLimit = "iteration_limit"
+	StatusFailed         = "failed"
+	StatusCancelled      = "cancelled"
+	StatusNew            = "new" // created, never run
+)
+
+// Step is one immutable record of an instance's log. Thinking and
+// AgentGuidance have no JSON encoding: they reach the next node's model
+// through Task, and a client never.
+type Step struct {
+	StepID       string    `json:"step_id"`
+	AgentID      string    `json:"agent_id"`
+	Node         string    `json:"node,omitempty"`
+	Timestamp    time.Time `json:"timestamp"`
+	Role         string    `json:"role"`
+	Input        string    `json:"input"`
+	Constitution string    `json:"constitution,omitempty"`
+	SystemPrompt string    `json:"system_prompt,omitempty"`
+	Decision     string    `json:"decision,omitempty"`
+	Fallback     string    `json:"fallback,omitempty"` // why Decision is not the model's own
+	ToolUsage    []ToolUse `json:"tool_usage,omitempty"`
+	Response     string    `json:"response"`
+	NextAgent    *string   `json:"next_agent"`
+	Model        string    `json:"model,omitempty"`
+	Usage        *Usage    `json:"usage,omitempty"`
+	LatencyMS    int64     `json:"latency_ms,omitempty"`
+
+	Thinking      string `json:"-"`
+	AgentGuidance string `json:"-"`
+}
+
+// ToolUse is one tool call of a step and its result.
+type ToolUse struct {
+	ID       string          `json:"id,omitempty"` // the provider's tool call id
+	ToolName string          `json:"tool_name"`
+	Input    json.RawMessage `json:"input"`
+	Output   string          `json:"output"`
+	Error    string          `json:"error,omitempty"`
+}
+
+// Usage counts a model call's tokens.
+type Usage struct {
+	PromptTokens     int `json:"prompt_tokens"`
+	CompletionTokens int `json:"completion_tokens"`
+}
+
+// Event names, as they appear on the wire.
+const (
+	EventRunStart     = "run_start"
+	EventNodeStart    = "node_start"
+	EventPartial      = "partial_output"
+	EventToolCall     = "tool_call"
+	EventToolResult   = "tool_result"
+	EventCompleteStep = "complete_step"
+	EventError        = "error"
+	EventDone         = "done"
+)
+
+// Event is one entry of an instance's event sequence. Data is one of the
+// payload types below, or a Step for complete_step.
+type Event struct {
+	ID   int64
+	Name string
+	Time time.Time
+	Data any
+}
+
+// Payloads of events.
+type (
+	RunStart struct {
+		InstanceID string `json:"instance_id"`
+		RunID      string `json:"run_id"`
+		FlowID     string `json:"flow_id"`
+		Resumed    bool   `json:"resumed,omitempty"`
+	}
+	NodeStart struct {
+		Node    string `json:"node"`
+		AgentID string `json:"agent_id"`
+	}
+	Partial struct {
+		StepID  string `json:"step_id"`
+		Node    string `json:"node"`
+		AgentID string `json:"agent_id"`
+		Delta   string `json:"delta"`
+	}
+	ToolCall struct {
+		Node     string          `json:"node"`
+		ToolName string          `json:"tool_name"`
+		Input    json.RawMessage `json:"input"`
+	}
+	ToolResult struct {
+		Node     string `json:"node"`
+		ToolName string `json:"tool_name"`
+		Output   string `json:"output"`
+		Error    string `json:"error,omitempty"`
+	}
+	ErrorData struct {
+		Code    string `json:"code"`
+		Message string `json:"message"`
+	}
+	Done struct {
+		InstanceID string `json:"instance_id"`
+		Status     string `json:"status"`
+		Response   string `json:"response"`
+	}
+)
+
+// Sentinel errors. The api package maps each to a status code.
+var (
+	ErrNotFound = errors.New("not found")
+	ErrInvalid  = errors.New("invalid")
+	ErrBusy     = errors.New("a run is in progress on this instance")
+	ErrTooMany  = errors.New("too many runs in flight")
+	ErrClosed   = errors.New("the server is shutting down")
+	ErrIdle     = errors.New("no run in progress")
+
+	// Errors a run can fail with; each has a stable code (ErrorCode).
+	ErrModelUnavailable = errors.New("model unavailable")
+	ErrModelOutput      = errors.New("unusable model output")
+	ErrToolFailed       = errors.New("tool failed")
+	ErrTimeout          = errors.New("timed out")
+)
+
+// ErrorCode is the stable word an error event carries for err.
+func ErrorCode(err error) string {
+	switch {
+	case errors.Is(err, ErrTimeout):
+		return "timeout"
+	case errors.Is(err, ErrModelUnavailable):
+		return "llm_unavailable"
+	case errors.Is(err, ErrModelOutput):
+		return "llm_bad_output"
+	case errors.Is(err, ErrToolFailed):
+		return "tool_failed"
+	}
+	return "internal"
+}

@@ -1,0 +1,65 @@
+// Package tools holds the tools flow nodes may call: a safe calculator, web
+// search through a configurable backend, and a static code analyzer. A tool
+// is a struct of fields, so a test or a flow can make one from a function.
+package tools
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sort"
+)
+
+// Tool is one callable tool. Call's error is given to the model as the
+// tool's result, so it should say what was wrong in words a model can act on.
+type Tool struct {
+	Name        string
+	Description string
+	Parameters  map[string]any // JSON Schema of the arguments object
+	Call        func(ctx context.Context, args json.RawMessage) (string, error)
+}
+
+// Set is the tools a server offers, by name.
+type Set map[string]Tool
+
+// Names lists the set's tool names, sorted.
+func (s Set) Names() []string {
+	names := make([]string, 0, len(s))
+	for n := range s {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
+}
+
+// Builtin returns the built-in tools; search uses the given backend.
+func Builtin(search *Search) Set {
+	return Set{
+		"calculator":    Calculator(),
+		"search":        search.Tool(),
+		"code_analyzer": CodeAnalyzer(),
+	}
+}
+
+// stringArg decodes {"<name>": "..."}, the argument shape of every built-in tool.
+func stringArg(args json.RawMessage, name string) (string, error) {
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal(args, &m); err != nil {
+		return "", fmt.Errorf("arguments must be a JSON object with a string %q", name)
+	}
+	var s string
+	if err := json.Unmarshal(m[name], &s); err != nil || m[name] == nil {
+		return "", fmt.Errorf("argument %q must be a string", name)
+	}
+	return s, nil
+}
+
+func schema(name, description string) map[string]any {
+	return map[string]any{
+		"type": "object",
+		"properties": map[string]any{
+			name: map[string]any{"type": "string", "description": description},
+		},
+		"required": []string{name},
+	}
+}
