@@ -261,6 +261,8 @@ func jsonProblem(data []byte, err error) string {
 		return fmt.Sprintf("%s: must be a JSON %s, not %s", typ.Field, typ.Type.Kind(), typ.Value)
 	case errors.Is(err, io.EOF):
 		return "empty file: a flow is a JSON object"
+	case errors.Is(err, io.ErrUnexpectedEOF):
+		return "malformed JSON: the file ends inside the flow object"
 	}
 	return strings.TrimPrefix(err.Error(), "json: ")
 }
@@ -293,7 +295,7 @@ func crossCheck(def *Definition, cat Catalog) []Problem {
 				add(fmt.Sprintf("%s.tools.%d", base, i), "unknown tool %q (tools: %s)", t, strings.Join(cat.Tools, ", "))
 			}
 		}
-		if p, _, _ := strings.Cut(n.Model, ":"); n.Model != "" && cat.Providers != nil && !providers[p] {
+		if p, _, _ := strings.Cut(n.Model, ":"); modelRe.MatchString(n.Model) && cat.Providers != nil && !providers[p] {
 			add(base+".model", "unknown provider %q (providers: %s)", p, strings.Join(cat.Providers, ", "))
 		}
 		if len(n.Transitions) > 0 && len(n.Decisions()) > 0 {

@@ -107,7 +107,7 @@ func analyzeGo(code string) (funcs, errs []string) {
 		src, offset = "package snippet\n"+code, 1
 	}
 	fset := token.NewFileSet()
-	f, err := parser.ParseFile(fset, "snippet.go", src, parser.AllErrors)
+	f, err := parser.ParseFile(fset, "snippet.go", src, 0) // without AllErrors: one error a line, ten at most
 	if list, ok := err.(scanner.ErrorList); ok {
 		for _, e := range list {
 			errs = append(errs, fmt.Sprintf("line %d:%d: %s", e.Pos.Line-offset, e.Pos.Column, e.Msg))
