@@ -96,11 +96,11 @@ func TestProvidersSpeakTheProtocol(t *testing.T) {
 		name   string
 		spec   string
 		server *agentstest.Server
-		p      agents.Providers
+		p      *agents.Providers
 	}{
-		{"openai", "openai:gpt-test", openai, agents.Providers{OpenAIKey: "k", OpenAIBaseURL: openai.URL + "/v1"}},
-		{"anthropic", "anthropic:claude-test", anthropic, agents.Providers{AnthropicKey: "k", AnthropicBaseURL: anthropic.URL}},
-		{"ollama", "ollama:llama-test", openai, agents.Providers{OllamaHost: strings.TrimPrefix(openai.URL, "http://")}},
+		{"openai", "openai:gpt-test", openai, &agents.Providers{OpenAIKey: "k", OpenAIBaseURL: openai.URL + "/v1"}},
+		{"anthropic", "anthropic:claude-test", anthropic, &agents.Providers{AnthropicKey: "k", AnthropicBaseURL: anthropic.URL}},
+		{"ollama", "ollama:llama-test", openai, &agents.Providers{OllamaHost: strings.TrimPrefix(openai.URL, "http://")}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -105,10 +105,18 @@ func (s *syncBuffer) String() string {
 	return s.b.String()
 }
 
-func newFixture(t *testing.T, gate <-chan struct{}, maxRuns int) *fixture {
+func newFixture(t testing.TB, gate <-chan struct{}, maxRuns int) *fixture {
 	t.Helper()
 	model := agentstest.OpenAI(t, script(gate))
 	p := &agents.Providers{Default: "openai:gpt-test", OpenAIKey: "k", OpenAIBaseURL: model.URL + "/v1"}
+	f := newServer(t, p.Model, maxRuns)
+	f.model = model
+	return f
+}
+
+// newServer serves the test flows with models from resolve.
+func newServer(t testing.TB, resolve func(string) (agents.Model, error), maxRuns int) *fixture {
+	t.Helper()
 	set := tools.Set{"calculator": tools.Calculator()}
 	flows := map[string]*flow.Flow{}
 	for id, def := range testFlows {
@@ -120,7 +128,7 @@ func newFixture(t *testing.T, gate <-chan struct{}, maxRuns int) *fixture {
 	}
 	logs := &syncBuffer{}
 	log := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	engine := &flow.Engine{Flows: flows, Exec: &flow.Executor{Agent: &agents.Agent{Model: p.Model, Tools: set, Timeout: 2 * time.Second}},
+	engine := &flow.Engine{Flows: flows, Exec: &flow.Executor{Agent: &agents.Agent{Model: resolve, Tools: set, Timeout: 2 * time.Second}},
 		Store: &flow.MemStore{}, MaxRuns: maxRuns, Log: log}
 	s := &api.Server{Engine: engine, Model: "openai:gpt-test", AdminToken: "admin-secret", Log: log,
 		Refused: []flow.Refused{{ID: "broken", Errors: []string{`graph.start: unknown node "x"`}}}}
@@ -131,7 +139,7 @@ func newFixture(t *testing.T, gate <-chan struct{}, maxRuns int) *fixture {
 		cancel()
 		engine.Close(expired)
 	})
-	return &fixture{url: srv.URL, srv: srv, engine: engine, model: model, logs: logs}
+	return &fixture{url: srv.URL, srv: srv, engine: engine, logs: logs}
 }
 
 type sseEvent struct {

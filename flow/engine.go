@@ -48,9 +48,10 @@ type Subscription struct {
 }
 
 // subBuffer is how many events a subscriber may lag behind before it is
-// dropped; it lets a run go on at full speed while a client's TCP window
-// fills, without holding events for a client that is gone.
-const subBuffer = 1024
+// dropped: enough for a burst of deltas while a client's TCP window fills,
+// without holding events for a client that has stopped reading (it can
+// come back with Last-Event-ID). 256 events are 16 KB a subscriber.
+const subBuffer = 256
 
 // Start begins a run of flowID with input, on instanceID or, where that is
 // "", on a new instance; the subscription it returns sees the whole run.

@@ -51,8 +51,7 @@ func (m *MemStore) List(_ context.Context, opt ListOptions) ([]Summary, error) {
 		if opt.FlowID != "" && mi.FlowID != opt.FlowID {
 			continue
 		}
-		st := Replay(mi.events)
-		out = append(out, Summary{mi.Instance, st.Status, st.UpdatedAt, len(st.Steps)})
+		out = append(out, Summarize(mi.Instance, mi.events))
 	}
 	m.mu.RUnlock()
 	sort.Slice(out, func(i, j int) bool {

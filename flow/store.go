@@ -65,6 +65,15 @@ func Replay(events []Event) State {
 	return st
 }
 
+// Summarize derives an instance's summary from its events.
+func Summarize(inst Instance, events []Event) Summary {
+	st := Replay(events)
+	if st.UpdatedAt.IsZero() {
+		st.UpdatedAt = inst.CreatedAt
+	}
+	return Summary{inst, st.Status, st.UpdatedAt, len(st.Steps)}
+}
+
 // NewID returns a random UUID (version 4).
 func NewID() string {
 	var b [16]byte

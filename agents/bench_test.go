@@ -1,0 +1,40 @@
+package agents_test
+
+import (
+	"context"
+	"encoding/json"
+	"testing"
+
+	"superego/agents"
+	"superego/agents/agentstest"
+	"superego/flow"
+	"superego/tools"
+)
+
+// The guarded-calculator workload of ../shared/bench: four model calls, one
+// tool call, five steps, through the real executor, agents and calculator,
+// on an instant in-process model. The client encodes every event it would
+// send, hidden fields removed.
+func BenchmarkGuardedCalculator(b *testing.B) {
+	model := agents.Model{LLM: agentstest.Func(calcScript), Name: "func"}
+	agent := &agents.Agent{Model: func(string) (agents.Model, error) { return model, nil }, Tools: tools.Set{"calculator": tools.Calculator()}}
+	def, err := flow.Parse([]byte(calcFlow), flow.Catalog{Tools: []string{"calculator"}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	x := &flow.Executor{Agent: agent}
+	var bytes int
+	emit := func(e flow.Event) error {
+		data, err := json.Marshal(e.Data)
+		bytes += len(data)
+		return err
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		out := x.Run(context.Background(), flow.Turn{FlowID: "calc", Def: def, InstanceID: "i", RunID: "r", Input: "What is 5*10?"}, emit)
+		if out.Status != flow.StatusCompleted {
+			b.Fatal(out)
+		}
+	}
+	b.ReportMetric(float64(bytes)/float64(b.N), "bytes/flow")
+}

@@ -1,0 +1,184 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+func env(kv ...string) func(string) string {
+	m := map[string]string{}
+	for i := 0; i+1 < len(kv); i += 2 {
+		m[kv[i]] = kv[i+1]
+	}
+	return func(k string) string { return m[k] }
+}
+
+// repoEnv points the command at the repository's flows and constitutions.
+var repoEnv = []string{"SUPEREGO_FLOWS", "../../flows", "SUPEREGO_CONSTITUTIONS", "../../constitutions"}
+
+func runCmd(t *testing.T, getenv func(string) string, args ...string) (int, string, string) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	code := run(context.Background(), args, getenv, &out, &errb)
+	return code, out.String(), errb.String()
+}
+
+func TestValidate(t *testing.T) {
+	code, out, _ := runCmd(t, env(repoEnv...), "validate")
+	if code != 0 || out != "ok       basic_calculator\nok       guarded_chat\nok       multi_agent_flow\n" {
+		t.Errorf("validate shipped flows: %d\n%s", code, out)
+	}
+	dir := t.TempDir()
+	bad := filepath.Join(dir, "bad.json")
+	os.WriteFile(bad, []byte(`{"name": "b", "graph": {"start": "calc", "nodes": {"calc": {"type": "inner_agent", "agent_id": "c",
+		"transitions": {"DONE": "calcc"}}}}}`), 0o644)
+	code, out, _ = runCmd(t, env(repoEnv...), "validate", bad, "../../flows/basic_calculator.json")
+	want := "ok       ../../flows/basic_calculator.json\nrefused  " + bad + "\n         graph.nodes.calc.transitions.DONE: unknown node \"calcc\"\n"
+	if code != 1 || out != want {
+		t.Errorf("validate a broken file: %d\n%s\nwant\n%s", code, out, want)
+	}
+}
+
+func TestRunPrintsTheFlowAndExitsByStatus(t *testing.T) {
+	code, out, errs := runCmd(t, env(repoEnv...), "run", "basic_calculator", "What is 5*10?")
+	want := `user: What is 5*10?
+input_superego
+  → ACCEPT, next: calculator
+calculator
+  tool calculator {"expression":"5*10"}
+    = 50
+  → NEEDS_TOOL, next: calculator
+calculator
+  The calculator returned 50.
+  → COMPLETE, next: end
+completed: The calculator returned 50.
+`
+	if code != 0 || out != want {
+		t.Errorf("exit %d, stderr %q, output:\n%s\nwant:\n%s", code, errs, out, want)
+	}
+	// Every shipped flow, including the seed's multi-agent flow as printed
+	// there, runs to the end on the offline model.
+	for _, id := range []string{"multi_agent_flow", "guarded_chat"} {
+		if code, out, errs := runCmd(t, env(repoEnv...), "run", id, "What is 2+2?"); code != 0 || !strings.Contains(out, "completed: ") {
+			t.Errorf("%s: exit %d\n%s\n%s", id, code, out, errs)
+		}
+	}
+	// The offline model's hidden fields never reach the terminal.
+	for _, args := range [][]string{{"run", "guarded_chat", "What is 5*10?"}, {"run", "--json", "guarded_chat", "What is 5*10?"}} {
+		_, out, errs := runCmd(t, env(repoEnv...), args...)
+		for _, hidden := range []string{"The offline model does not reason.", "Offline model: no guidance."} {
+			if strings.Contains(out+errs, hidden) {
+				t.Errorf("%v prints a hidden field: %q", args, hidden)
+			}
+		}
+	}
+	code, out, _ = runCmd(t, env(repoEnv...), "run", "--json", "basic_calculator", "hi")
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	var last struct {
+		Event string         `json:"event"`
+		Data  map[string]any `json:"data"`
+	}
+	if err := json.Unmarshal([]byte(lines[len(lines)-1]), &last); code != 0 || err != nil || last.Event != "done" || last.Data["status"] != "completed" {
+		t.Errorf("--json: exit %d, last line %s", code, lines[len(lines)-1])
+	}
+	if code, _, errs := runCmd(t, env(repoEnv...), "run", "nope", "hi"); code != exitUsage || !strings.Contains(errs, `flow "nope": not found`) {
+		t.Errorf("unknown flow: %d %q", code, errs)
+	}
+	if code, _, errs := runCmd(t, env(repoEnv...), "run", "basic_calculator"); code != exitUsage || !strings.Contains(errs, "want FLOW and a message") {
+		t.Errorf("missing message: %d %q", code, errs)
+	}
+	if code, _, errs := runCmd(t, env(repoEnv...), "run", "--model", "openai:gpt-4o-mini", "basic_calculator", "x"); code != exitUsage || !strings.Contains(errs, "OPENAI_API_KEY") {
+		t.Errorf("openai without a key: %d %q", code, errs)
+	}
+}
+
+func TestConfigPrecedence(t *testing.T) {
+	cfg, _, err := parseConfig("serve", nil, env(), io.Discard)
+	if err != nil || cfg.Addr != "127.0.0.1:8080" || cfg.Flows != "./flows" || cfg.Model != "offline" || cfg.MaxRuns != 256 {
+		t.Errorf("defaults: %+v %v", cfg, err)
+	}
+	cfg, _, _ = parseConfig("serve", nil, env("OPENAI_API_KEY", "k"), io.Discard)
+	if cfg.Model != "openai:gpt-4o-mini" {
+		t.Errorf("with an OpenAI key: %q", cfg.Model)
+	}
+	cfg, _, _ = parseConfig("serve", nil, env("ANTHROPIC_API_KEY", "k"), io.Discard)
+	if !strings.HasPrefix(cfg.Model, "anthropic:") {
+		t.Errorf("with an Anthropic key: %q", cfg.Model)
+	}
+	cfg, _, _ = parseConfig("serve", []string{"--addr", ":9", "--model", "ollama:qwen"}, env("SUPEREGO_ADDR", ":7", "SUPEREGO_MODEL", "offline", "SUPEREGO_FLOWS", "/f"), io.Discard)
+	if cfg.Addr != ":9" || cfg.Model != "ollama:qwen" || cfg.Flows != "/f" {
+		t.Errorf("flags over env over defaults: %+v", cfg)
+	}
+	for _, bad := range [][]string{{"--max-runs", "0"}, {"--model-timeout", "soon"}, {"--nope"}} {
+		if _, _, err := parseConfig("serve", bad, env(), io.Discard); err == nil {
+			t.Errorf("%v accepted", bad)
+		}
+	}
+	if code, _, errs := runCmd(t, env(), "frobnicate"); code != exitUsage || !strings.Contains(errs, `unknown command "frobnicate"`) {
+		t.Errorf("unknown command: %d %q", code, errs)
+	}
+}
+
+func TestServeStartsAndShutsDown(t *testing.T) {
+	dir := t.TempDir()
+	os.CopyFS(filepath.Join(dir, "flows"), os.DirFS("../../flows"))
+	os.WriteFile(filepath.Join(dir, "flows", "broken.json"), []byte(`{"name": "x"`), 0o644)
+	cfg, _, err := parseConfig("serve", []string{"--addr", "127.0.0.1:0", "--flows", filepath.Join(dir, "flows"), "--constitutions", "../../constitutions"}, env(), io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	ready := make(chan string, 1)
+	var out, logs bytes.Buffer
+	served := make(chan error, 1)
+	go func() { served <- serve(ctx, cfg, &out, &logs, ready) }()
+	addr := <-ready
+
+	resp, err := http.Get("http://" + addr + "/healthz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	want := `{"flows":["basic_calculator","guarded_chat","multi_agent_flow"],"model":"offline","refused":[{"id":"broken","errors":["malformed JSON: the file ends inside the flow object"]}],"status":"ok"}`
+	if strings.TrimSpace(string(b)) != want {
+		t.Errorf("healthz: %s", b)
+	}
+	resp, err = http.Post("http://"+addr+"/flow/execute", "application/json", strings.NewReader(`{"flow_id": "broken", "input": "x"}`))
+	if err != nil || resp.StatusCode != 404 {
+		t.Errorf("running a refused flow: %v %v", resp.StatusCode, err)
+	}
+	resp.Body.Close()
+	resp, err = http.Post("http://"+addr+"/flow/execute", "application/json", strings.NewReader(`{"flow_id": "basic_calculator", "input": "What is 5*10?"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ = io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if !strings.Contains(string(b), `"status":"completed","response":"The calculator returned 50."`) {
+		t.Errorf("run: %s", b)
+	}
+	cancel()
+	select {
+	case err := <-served:
+		if err != nil {
+			t.Errorf("serve: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("serve did not return after shutdown")
+	}
+	if !strings.Contains(out.String(), "curl -N http://"+addr+"/flow/execute") {
+		t.Errorf("no curl line:\n%s", out.String())
+	}
+	if !strings.Contains(logs.String(), `msg="flow refused" flow=broken`) || !strings.Contains(logs.String(), "not a language model") {
+		t.Errorf("logs:\n%s", logs.String())
+	}
+}
