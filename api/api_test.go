@@ -172,23 +172,13 @@ func readSSE(t *testing.T, r io.Reader) []sseEvent {
 	return out
 }
 
-func (f *fixture) post(t *testing.T, path, body string, header ...string) *http.Response {
+// do sends a request; a body goes as JSON.
+func (f *fixture) do(t testing.TB, method, path, body string, header ...string) *http.Response {
 	t.Helper()
-	req, _ := http.NewRequest(http.MethodPost, f.url+path, strings.NewReader(body))
-	req.Header.Set("Content-Type", "application/json")
-	for i := 0; i+1 < len(header); i += 2 {
-		req.Header.Set(header[i], header[i+1])
+	req, _ := http.NewRequest(method, f.url+path, strings.NewReader(body))
+	if body != "" {
+		req.Header.Set("Content-Type", "application/json")
 	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return resp
-}
-
-func (f *fixture) get(t *testing.T, path string, header ...string) *http.Response {
-	t.Helper()
-	req, _ := http.NewRequest(http.MethodGet, f.url+path, nil)
 	for i := 0; i+1 < len(header); i += 2 {
 		req.Header.Set(header[i], header[i+1])
 	}
@@ -266,7 +256,7 @@ func TestExecuteStreamsGoldenTranscripts(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.golden, func(t *testing.T) {
 			in, _ := json.Marshal(map[string]string{"flow_id": "calc", "input": c.input})
-			resp := f.post(t, "/flow/execute", string(in))
+			resp := f.do(t, "POST", "/flow/execute", string(in))
 			if resp.StatusCode != 200 || resp.Header.Get("Content-Type") != "text/event-stream" {
 				t.Fatalf("status %d, type %q", resp.StatusCode, resp.Header.Get("Content-Type"))
 			}
@@ -280,7 +270,7 @@ func TestExecuteStreamsGoldenTranscripts(t *testing.T) {
 
 func TestPartialOutputsAddUpToTheResponse(t *testing.T) {
 	f := newFixture(t, nil, 0)
-	events := readSSE(t, f.post(t, "/flow/execute", `{"flow_id": "calc", "input": "What is 6*7?"}`).Body)
+	events := readSSE(t, f.do(t, "POST", "/flow/execute", `{"flow_id": "calc", "input": "What is 6*7?"}`).Body)
 	deltas := map[string]string{}
 	responses := map[string]string{}
 	for _, e := range events {
@@ -314,20 +304,20 @@ func TestNoOutputPathLeaksHiddenFields(t *testing.T) {
 		seen.WriteString(b)
 		return b
 	}
-	stream := check("POST /flow/execute (SSE)", f.post(t, "/flow/execute", `{"flow_id": "calc", "input": "What is 6*7?"}`))
+	stream := check("POST /flow/execute (SSE)", f.do(t, "POST", "/flow/execute", `{"flow_id": "calc", "input": "What is 6*7?"}`))
 	id := uuidRe.FindString(stream)
-	check("POST /flow/execute (JSON)", f.post(t, "/flow/execute", `{"flow_id": "calc", "input": "What is 6*7?"}`, "Accept", "application/json"))
-	check("GET /flow/execute", f.get(t, "/flow/execute?flow_id=calc&input=6*7"))
-	check("clarification", f.post(t, "/flow/execute", `{"flow_id": "calc", "input": "compute something", "instance_id": "`+id+`"}`))
-	check("failed run", f.post(t, "/flow/execute", `{"flow_id": "calc", "input": "broken model"}`))
-	check("GET /flow/instances/{id}", f.get(t, "/flow/instances/"+id))
-	check("GET /flow/instances", f.get(t, "/flow/instances"))
-	check("GET /flow/instances/{id}/stream", f.get(t, "/flow/instances/"+id+"/stream?after=0"))
-	check("GET /flow/instances/{id}/stream with Last-Event-ID", f.get(t, "/flow/instances/"+id+"/stream", "Last-Event-ID", "3"))
-	check("GET /flow/calc", f.get(t, "/flow/calc"))
-	check("GET /flows", f.get(t, "/flows"))
-	check("research view without a token", f.get(t, "/flow/instances/"+id+"?include_hidden=true"))
-	check("research view with a wrong token", f.get(t, "/flow/instances/"+id+"?include_hidden=true", "Authorization", "Bearer wrong"))
+	check("POST /flow/execute (JSON)", f.do(t, "POST", "/flow/execute", `{"flow_id": "calc", "input": "What is 6*7?"}`, "Accept", "application/json"))
+	check("GET /flow/execute", f.do(t, "GET", "/flow/execute?flow_id=calc&input=6*7", ""))
+	check("clarification", f.do(t, "POST", "/flow/execute", `{"flow_id": "calc", "input": "compute something", "instance_id": "`+id+`"}`))
+	check("failed run", f.do(t, "POST", "/flow/execute", `{"flow_id": "calc", "input": "broken model"}`))
+	check("GET /flow/instances/{id}", f.do(t, "GET", "/flow/instances/"+id, ""))
+	check("GET /flow/instances", f.do(t, "GET", "/flow/instances", ""))
+	check("GET /flow/instances/{id}/stream", f.do(t, "GET", "/flow/instances/"+id+"/stream?after=0", ""))
+	check("GET /flow/instances/{id}/stream with Last-Event-ID", f.do(t, "GET", "/flow/instances/"+id+"/stream", "", "Last-Event-ID", "3"))
+	check("GET /flow/calc", f.do(t, "GET", "/flow/calc", ""))
+	check("GET /flows", f.do(t, "GET", "/flows", ""))
+	check("research view without a token", f.do(t, "GET", "/flow/instances/"+id+"?include_hidden=true", ""))
+	check("research view with a wrong token", f.do(t, "GET", "/flow/instances/"+id+"?include_hidden=true", "", "Authorization", "Bearer wrong"))
 	noLeak(t, "the server's log", f.logs.String())
 
 	// The markers were really there: in the next node's prompt, and in the
@@ -341,7 +331,7 @@ func TestNoOutputPathLeaksHiddenFields(t *testing.T) {
 	if !carried {
 		t.Error("the superego's agent_guidance never reached the calculator's prompt")
 	}
-	research := body(t, f.get(t, "/flow/instances/"+id+"?include_hidden=true", "Authorization", "Bearer admin-secret"))
+	research := body(t, f.do(t, "GET", "/flow/instances/"+id+"?include_hidden=true", "", "Authorization", "Bearer admin-secret"))
 	if !strings.Contains(research, thinkingMarker) || !strings.Contains(research, guidanceMarker) {
 		t.Errorf("research view lacks the hidden fields:\n%s", research)
 	}
@@ -359,14 +349,14 @@ func TestJSONVariant(t *testing.T) {
 		Steps      []flow.Step `json:"steps"`
 		Error      *flow.ErrorData
 	}
-	resp := f.post(t, "/flow/execute", `{"flow_id": "calc", "input": "What is 6*7?"}`, "Accept", "application/json")
+	resp := f.do(t, "POST", "/flow/execute", `{"flow_id": "calc", "input": "What is 6*7?"}`, "Accept", "application/json")
 	if err := json.Unmarshal([]byte(body(t, resp)), &res); err != nil || resp.StatusCode != 200 {
 		t.Fatal(resp.StatusCode, err)
 	}
 	if res.Status != "completed" || res.Response != "The answer is 42." || len(res.Steps) != 5 || res.InstanceID == "" {
 		t.Errorf("result %+v", res)
 	}
-	resp = f.post(t, "/flow/execute", `{"flow_id": "calc", "input": "broken model"}`, "Accept", "application/json")
+	resp = f.do(t, "POST", "/flow/execute", `{"flow_id": "calc", "input": "broken model"}`, "Accept", "application/json")
 	res.Error = nil
 	if err := json.Unmarshal([]byte(body(t, resp)), &res); err != nil || resp.StatusCode != 200 || res.Status != "failed" || res.Error == nil || res.Error.Code != "llm_unavailable" {
 		t.Errorf("failed run: %d %+v", resp.StatusCode, res)
@@ -375,14 +365,14 @@ func TestJSONVariant(t *testing.T) {
 
 func TestClarificationContinuesTheInstance(t *testing.T) {
 	f := newFixture(t, nil, 0)
-	events := readSSE(t, f.post(t, "/flow/execute", `{"flow_id": "calc", "input": "compute something"}`).Body)
+	events := readSSE(t, f.do(t, "POST", "/flow/execute", `{"flow_id": "calc", "input": "compute something"}`).Body)
 	var done flow.Done
 	json.Unmarshal([]byte(events[len(events)-1].Data), &done)
 	lastID, _ := strconv.Atoi(events[len(events)-1].ID)
 	if done.Status != "awaiting_input" || done.Response != "Which numbers?" {
 		t.Fatalf("done %+v", done)
 	}
-	events = readSSE(t, f.post(t, "/flow/execute", `{"flow_id": "calc", "input": "6 and 7, multiplied", "instance_id": "`+done.InstanceID+`"}`).Body)
+	events = readSSE(t, f.do(t, "POST", "/flow/execute", `{"flow_id": "calc", "input": "6 and 7, multiplied", "instance_id": "`+done.InstanceID+`"}`).Body)
 	json.Unmarshal([]byte(events[len(events)-1].Data), &done)
 	if done.Status != "completed" || done.Response != "The answer is 42." {
 		t.Fatalf("resumed run: done %+v", done)
@@ -394,7 +384,7 @@ func TestClarificationContinuesTheInstance(t *testing.T) {
 		Status string      `json:"status"`
 		Steps  []flow.Step `json:"steps"`
 	}
-	json.Unmarshal([]byte(body(t, f.get(t, "/flow/instances/"+done.InstanceID))), &inst)
+	json.Unmarshal([]byte(body(t, f.do(t, "GET", "/flow/instances/"+done.InstanceID, ""))), &inst)
 	// user, superego's question; user's answer, resumed at the calculator
 	// (tool call, answer), output superego.
 	if inst.Status != "completed" || len(inst.Steps) != 6 || inst.Steps[2].StepID != "3" || inst.Steps[2].Response != "6 and 7, multiplied" || inst.Steps[3].Node != "calculator" {
@@ -435,29 +425,53 @@ func TestClientDisconnectDoesNotStopTheRun(t *testing.T) {
 	close(gate) // the model answers only after the client is gone
 
 	// A second client picks up after the last event it saw.
-	events := readSSE(t, f.get(t, "/flow/instances/"+id+"/stream", "Last-Event-ID", lastID).Body)
+	events := readSSE(t, f.do(t, "GET", "/flow/instances/"+id+"/stream", "", "Last-Event-ID", lastID).Body)
 	if len(events) == 0 || events[len(events)-1].Name != "done" || !strings.Contains(events[len(events)-1].Data, `"status":"completed"`) {
 		t.Fatalf("resumed stream: %+v", events)
 	}
 	seen := map[string]bool{}
 	for _, e := range events {
-		if seen[e.ID] || e.ID <= lastID && len(e.ID) == len(lastID) {
+		n, _ := strconv.Atoi(e.ID)
+		if last, _ := strconv.Atoi(lastID); seen[e.ID] || n <= last {
 			t.Errorf("event %s delivered again after Last-Event-ID %s", e.ID, lastID)
 		}
 		seen[e.ID] = true
 	}
 	// Nothing after done: 204, which tells EventSource to stop.
-	resp = f.get(t, "/flow/instances/"+id+"/stream", "Last-Event-ID", events[len(events)-1].ID)
+	resp = f.do(t, "GET", "/flow/instances/"+id+"/stream", "", "Last-Event-ID", events[len(events)-1].ID)
 	if resp.StatusCode != http.StatusNoContent {
 		t.Errorf("stream after done: %d", resp.StatusCode)
 	}
 	resp.Body.Close()
 }
 
+// EventSource reconnects with Last-Event-ID when a stream closes; that must
+// resume the instance's stream, never run the flow again.
+func TestEventSourceReconnectDoesNotRerun(t *testing.T) {
+	f := newFixture(t, nil, 0)
+	events := readSSE(t, f.do(t, "GET", "/flow/execute?flow_id=calc&input=6*7", "").Body)
+	var done flow.Done
+	json.Unmarshal([]byte(events[len(events)-1].Data), &done)
+	calls := len(f.model.Requests())
+
+	resp := f.do(t, "GET", "/flow/execute?flow_id=calc&input=6*7", "", "Last-Event-ID", events[len(events)-1].ID)
+	if resp.StatusCode != http.StatusNoContent {
+		t.Errorf("reconnect without an instance: %d", resp.StatusCode)
+	}
+	resp.Body.Close()
+	resumed := readSSE(t, f.do(t, "GET", "/flow/execute?flow_id=calc&input=6*7&instance_id="+done.InstanceID, "", "Last-Event-ID", "5").Body)
+	if len(resumed) == 0 || resumed[0].ID != "6" || resumed[len(resumed)-1].Name != "done" {
+		t.Errorf("reconnect with an instance resumed %+v", resumed)
+	}
+	if got := len(f.model.Requests()); got != calls {
+		t.Errorf("a reconnect made %d more model calls", got-calls)
+	}
+}
+
 func TestErrors(t *testing.T) {
 	f := newFixture(t, nil, 2)
 	// One run held in progress, to be busy.
-	hung := f.post(t, "/flow/execute", `{"flow_id": "calc", "input": "hang"}`)
+	hung := f.do(t, "POST", "/flow/execute", `{"flow_id": "calc", "input": "hang"}`)
 	br := bufio.NewReader(hung.Body)
 	first, _ := br.ReadString('\n')
 	for !strings.HasPrefix(first, "data:") {
@@ -535,17 +549,17 @@ func TestErrors(t *testing.T) {
 	}
 
 	// A second run fills the limit of two; a third gets 429.
-	second := f.post(t, "/flow/execute", `{"flow_id": "calc", "input": "hang"}`)
+	second := f.do(t, "POST", "/flow/execute", `{"flow_id": "calc", "input": "hang"}`)
 	defer second.Body.Close()
 	bufio.NewReader(second.Body).ReadString('\n')
-	resp := f.post(t, "/flow/execute", `{"flow_id": "calc", "input": "x"}`)
+	resp := f.do(t, "POST", "/flow/execute", `{"flow_id": "calc", "input": "x"}`)
 	if got := strings.TrimSpace(body(t, resp)); resp.StatusCode != 429 || resp.Header.Get("Retry-After") == "" ||
 		got != `{"error":{"code":"too_many_runs","message":"2 runs in flight: too many runs in flight"}}` {
 		t.Errorf("over the limit: %d %q %s", resp.StatusCode, resp.Header.Get("Retry-After"), got)
 	}
 
 	// Cancelling the hung run ends its stream with done: cancelled.
-	resp = f.post(t, "/flow/instances/"+busy+"/cancel", "")
+	resp = f.do(t, "POST", "/flow/instances/"+busy+"/cancel", "")
 	if got := strings.TrimSpace(body(t, resp)); resp.StatusCode != 202 || got != `{"instance_id":"`+busy+`","status":"cancelling"}` {
 		t.Errorf("cancel: %d %s", resp.StatusCode, got)
 	}
@@ -553,7 +567,7 @@ func TestErrors(t *testing.T) {
 	if last := events[len(events)-1]; last.Name != "done" || !strings.Contains(last.Data, `"status":"cancelled"`) {
 		t.Errorf("cancelled stream ends with %+v", last)
 	}
-	resp = f.post(t, "/flow/instances/"+busy+"/cancel", "")
+	resp = f.do(t, "POST", "/flow/instances/"+busy+"/cancel", "")
 	if got := strings.TrimSpace(body(t, resp)); resp.StatusCode != 409 || !strings.Contains(got, `"code":"no_run_in_progress"`) {
 		t.Errorf("cancel with no run: %d %s", resp.StatusCode, got)
 	}
@@ -562,11 +576,11 @@ func TestErrors(t *testing.T) {
 	expired, cancel := context.WithCancel(context.Background())
 	cancel()
 	f.engine.Close(expired)
-	resp = f.post(t, "/flow/execute", `{"flow_id": "calc", "input": "x"}`)
+	resp = f.do(t, "POST", "/flow/execute", `{"flow_id": "calc", "input": "x"}`)
 	if got := strings.TrimSpace(body(t, resp)); resp.StatusCode != 503 || got != `{"error":{"code":"shutting_down","message":"the server is shutting down"}}` {
 		t.Errorf("after shutdown: %d %s", resp.StatusCode, got)
 	}
-	if got := body(t, f.get(t, "/healthz")); !strings.Contains(got, `"status":"shutting_down"`) {
+	if got := body(t, f.do(t, "GET", "/healthz", "")); !strings.Contains(got, `"status":"shutting_down"`) {
 		t.Errorf("healthz while shutting down: %s", got)
 	}
 }
@@ -574,7 +588,7 @@ func TestErrors(t *testing.T) {
 func TestTimeoutEndsTheRunWithAnErrorEvent(t *testing.T) {
 	f := newFixture(t, nil, 0)
 	f.engine.Exec.Agent.(*agents.Agent).Timeout = 100 * time.Millisecond
-	events := readSSE(t, f.post(t, "/flow/execute", `{"flow_id": "calc", "input": "hang"}`).Body)
+	events := readSSE(t, f.do(t, "POST", "/flow/execute", `{"flow_id": "calc", "input": "hang"}`).Body)
 	n := len(events)
 	if n < 2 || events[n-2].Name != "error" || !strings.Contains(events[n-2].Data, `"code":"timeout"`) || !strings.Contains(events[n-1].Data, `"status":"failed"`) {
 		t.Errorf("events end %+v", events[max(0, n-2):])
@@ -583,7 +597,7 @@ func TestTimeoutEndsTheRunWithAnErrorEvent(t *testing.T) {
 
 func TestListingsAndHealth(t *testing.T) {
 	f := newFixture(t, nil, 0)
-	resp := f.post(t, "/flow/instances", `{"flow_id": "other"}`)
+	resp := f.do(t, "POST", "/flow/instances", `{"flow_id": "other"}`)
 	var created struct {
 		InstanceID string `json:"instance_id"`
 	}
@@ -591,12 +605,12 @@ func TestListingsAndHealth(t *testing.T) {
 	if resp.StatusCode != 201 || created.InstanceID == "" {
 		t.Fatalf("create: %d", resp.StatusCode)
 	}
-	body(t, f.post(t, "/flow/execute", `{"flow_id": "calc", "input": "What is 6*7?"}`))
-	got := normalize(body(t, f.get(t, "/flow/instances")))
+	body(t, f.do(t, "POST", "/flow/execute", `{"flow_id": "calc", "input": "What is 6*7?"}`))
+	got := normalize(body(t, f.do(t, "GET", "/flow/instances", "")))
 	golden(t, "instances.json", got)
-	if got := normalize(body(t, f.get(t, "/flow/instances?flow_id=other&limit=1"))); !strings.Contains(got, `"status":"new"`) || strings.Count(got, "instance_id") != 1 {
+	if got := normalize(body(t, f.do(t, "GET", "/flow/instances?flow_id=other&limit=1", ""))); !strings.Contains(got, `"status":"new"`) || strings.Count(got, "instance_id") != 1 {
 		t.Errorf("filtered list: %s", got)
 	}
-	golden(t, "flows.json", body(t, f.get(t, "/flows")))
-	golden(t, "healthz.json", body(t, f.get(t, "/healthz")))
+	golden(t, "flows.json", body(t, f.do(t, "GET", "/flows", "")))
+	golden(t, "healthz.json", body(t, f.do(t, "GET", "/healthz", "")))
 }

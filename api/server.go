@@ -165,11 +165,22 @@ func (s *Server) executePost(w http.ResponseWriter, r *http.Request) error {
 }
 
 // executeGet serves GET /flow/execute, the same run for EventSource.
+// EventSource reconnects by itself, with Last-Event-ID, whenever a stream
+// closes: such a request resumes the instance's stream and never starts the
+// run again. Without an instance_id there is nothing to resume, and 204
+// tells EventSource to stop.
 func (s *Server) executeGet(w http.ResponseWriter, r *http.Request) error {
 	q := r.URL.Query()
 	req := executeRequest{FlowID: q.Get("flow_id"), Input: q.Get("input"), InstanceID: q.Get("instance_id")}
 	if err := check(&req); err != nil {
 		return err
+	}
+	if r.Header.Get("Last-Event-ID") != "" {
+		if req.InstanceID == "" {
+			w.WriteHeader(http.StatusNoContent)
+			return nil
+		}
+		return s.resume(w, r, req.InstanceID)
 	}
 	return s.execute(w, r, req)
 }

@@ -100,7 +100,10 @@ func (s *Server) collect(w http.ResponseWriter, r *http.Request, sub *flow.Subsc
 // streamInstance serves GET /flow/instances/{id}/stream: the events after
 // Last-Event-ID (or ?after=N), then the live ones while a run lasts.
 func (s *Server) streamInstance(w http.ResponseWriter, r *http.Request) error {
-	id := chi.URLParam(r, "id")
+	return s.resume(w, r, chi.URLParam(r, "id"))
+}
+
+func (s *Server) resume(w http.ResponseWriter, r *http.Request, id string) error {
 	after := r.Header.Get("Last-Event-ID")
 	if after == "" {
 		after = r.URL.Query().Get("after")

@@ -112,12 +112,6 @@ func (s *Server) Requests() []Request {
 	return append([]Request(nil), s.requests...)
 }
 
-func (s *Server) record(r Request) {
-	s.mu.Lock()
-	s.requests = append(s.requests, r)
-	s.mu.Unlock()
-}
-
 func start(tb testing.TB, h http.Handler) *Server {
 	tb.Helper()
 	s := &Server{}
@@ -138,20 +132,32 @@ func chunks(s string, n int) []string {
 	return append(out, s)
 }
 
-// wait delays or hangs an answer; it reports false if the client went away.
-func wait(r *http.Request, a Answer) bool {
-	if a.Hang {
+// answer records the request and asks the script. It writes an error
+// answer itself, in the provider's shape, and waits out a delay; ok is false
+// when nothing more is to be written.
+func (s *Server) answer(w http.ResponseWriter, r *http.Request, req Request, script func(Request) Answer, errorBody func(string) any) (Answer, bool) {
+	s.mu.Lock()
+	s.requests = append(s.requests, req)
+	s.mu.Unlock()
+	a := script(req)
+	switch {
+	case a.Hang:
 		<-r.Context().Done()
-		return false
-	}
-	if a.Delay > 0 {
+		return a, false
+	case a.Delay > 0:
 		select {
 		case <-time.After(a.Delay):
 		case <-r.Context().Done():
-			return false
+			return a, false
 		}
 	}
-	return true
+	if a.Status != 0 && a.Status != http.StatusOK {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(a.Status)
+		json.NewEncoder(w).Encode(errorBody(a.Text))
+		return a, false
+	}
+	return a, true
 }
 
 // OpenAI starts a server speaking OpenAI's /chat/completions, streamed as
@@ -209,15 +215,10 @@ func OpenAI(tb testing.TB, script func(Request) Answer) *Server {
 			}
 			req.Messages = append(req.Messages, msg)
 		}
-		s.record(req)
-		a := script(req)
-		if !wait(r, a) {
-			return
-		}
-		if a.Status != 0 && a.Status != http.StatusOK {
-			w.Header().Set("Content-Type", "application/json")
-			w.WriteHeader(a.Status)
-			json.NewEncoder(w).Encode(map[string]any{"error": map[string]string{"message": a.Text, "type": "server_error"}})
+		a, ok := s.answer(w, r, req, script, func(msg string) any {
+			return map[string]any{"error": map[string]string{"message": msg, "type": "server_error"}}
+		})
+		if !ok {
 			return
 		}
 		w.Header().Set("Content-Type", "text/event-stream")
@@ -304,15 +305,10 @@ func Anthropic(tb testing.TB, script func(Request) Answer) *Server {
 				}
 			}
 		}
-		s.record(req)
-		a := script(req)
-		if !wait(r, a) {
-			return
-		}
-		if a.Status != 0 && a.Status != http.StatusOK {
-			w.Header().Set("Content-Type", "application/json")
-			w.WriteHeader(a.Status)
-			json.NewEncoder(w).Encode(map[string]any{"type": "error", "error": map[string]string{"type": "api_error", "message": a.Text}})
+		a, ok := s.answer(w, r, req, script, func(msg string) any {
+			return map[string]any{"type": "error", "error": map[string]string{"type": "api_error", "message": msg}}
+		})
+		if !ok {
 			return
 		}
 		w.Header().Set("Content-Type", "text/event-stream")
