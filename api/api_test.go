@@ -66,6 +66,9 @@ func script(gate <-chan struct{}) func(agentstest.Request) agentstest.Answer {
 			}
 			return agentstest.Reply(thinkingMarker+" benign", "CAUTION", guidanceMarker+" verify", "Checking.")
 		case "calculator":
+			if strings.Contains(user, "echo") { // a provider error that quotes the request
+				return agentstest.Answer{Status: 400, Text: "invalid request: " + user}
+			}
 			if gate != nil && strings.Contains(user, "slow") {
 				<-gate
 			}
@@ -310,6 +313,10 @@ func TestNoOutputPathLeaksHiddenFields(t *testing.T) {
 	check("GET /flow/execute", f.do(t, "GET", "/flow/execute?flow_id=calc&input=6*7", ""))
 	check("clarification", f.do(t, "POST", "/flow/execute", `{"flow_id": "calc", "input": "compute something", "instance_id": "`+id+`"}`))
 	check("failed run", f.do(t, "POST", "/flow/execute", `{"flow_id": "calc", "input": "broken model"}`))
+	echoed := check("provider error quoting the request", f.do(t, "POST", "/flow/execute", `{"flow_id": "calc", "input": "echo 6*7"}`))
+	if !strings.Contains(echoed, `invalid request: echo 6*7\n\nGuidance from input_superego (hidden from the user):\n[hidden]`) {
+		t.Errorf("the provider's error is not shown, redacted:\n%s", echoed)
+	}
 	check("GET /flow/instances/{id}", f.do(t, "GET", "/flow/instances/"+id, ""))
 	check("GET /flow/instances", f.do(t, "GET", "/flow/instances", ""))
 	check("GET /flow/instances/{id}/stream", f.do(t, "GET", "/flow/instances/"+id+"/stream?after=0", ""))

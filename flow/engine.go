@@ -60,41 +60,33 @@ func (e *Engine) Start(ctx context.Context, flowID, instanceID, input string) (*
 	if f == nil {
 		return nil, fmt.Errorf("flow %q: %w", flowID, ErrNotFound)
 	}
+	isNew := instanceID == ""
+	if isNew {
+		instanceID = NewID()
+	} else if inst, err := e.Store.Get(ctx, instanceID); err != nil {
+		return nil, err
+	} else if inst.FlowID != flowID {
+		return nil, fmt.Errorf("instance %s runs flow %q, not %q: %w", instanceID, inst.FlowID, flowID, ErrInvalid)
+	}
 	runCtx, cancel := context.WithCancel(context.Background())
 	run := &liveRun{cancel: cancel, subs: map[*Subscription]struct{}{}}
-	fail := func(err error) (*Subscription, error) {
-		e.release(instanceID)
-		e.wg.Done()
+	if err := e.reserve(instanceID, run); err != nil {
 		cancel()
 		return nil, err
 	}
-	if instanceID == "" {
-		instanceID = NewID()
-		if err := e.reserve(instanceID, run); err != nil {
-			cancel()
-			return nil, err
-		}
-		if err := e.Store.Create(ctx, Instance{ID: instanceID, FlowID: flowID, CreatedAt: time.Now().UTC()}); err != nil {
-			return fail(fmt.Errorf("create instance: %w", err))
-		}
-	} else {
-		inst, err := e.Store.Get(ctx, instanceID)
-		if err != nil {
-			cancel()
-			return nil, err
-		}
-		if inst.FlowID != flowID {
-			cancel()
-			return nil, fmt.Errorf("instance %s runs flow %q, not %q: %w", instanceID, inst.FlowID, flowID, ErrInvalid)
-		}
-		if err := e.reserve(instanceID, run); err != nil {
-			cancel()
-			return nil, err
-		}
+	var err error
+	if isNew {
+		err = e.Store.Create(ctx, Instance{ID: instanceID, FlowID: flowID, CreatedAt: time.Now().UTC()})
 	}
-	events, err := e.Store.Events(ctx, instanceID, 0)
+	var events []Event
+	if err == nil {
+		events, err = e.Store.Events(ctx, instanceID, 0)
+	}
 	if err != nil {
-		return fail(err)
+		e.release(instanceID)
+		e.wg.Done()
+		cancel()
+		return nil, fmt.Errorf("start run on instance %s: %w", instanceID, err)
 	}
 	st := Replay(events)
 	run.seq = st.LastID

@@ -182,7 +182,7 @@ func (r *runner) act(ctx context.Context, node *Node) (Step, error) {
 	task := r.task(node)
 	reply, err := r.x.Agent.Act(ctx, task, func(e Event) { _ = r.emit(e) })
 	if err != nil {
-		return Step{}, fmt.Errorf("node %s: %w", node.Name, err)
+		return Step{}, redact(fmt.Errorf("node %s: %w", node.Name, err), task.Guidance)
 	}
 	s := Step{
 		AgentID:       node.AgentID,
@@ -302,4 +302,23 @@ func (r *runner) task(node *Node) *Task {
 		}
 	}
 	return t
+}
+
+// redacted is an error whose message had hidden text taken out.
+type redacted struct {
+	msg string
+	err error
+}
+
+func (r *redacted) Error() string { return r.msg }
+func (r *redacted) Unwrap() error { return r.err }
+
+// redact takes hidden text out of an error's message: a provider's error
+// may quote the request, and the request holds the previous node's
+// agent_guidance.
+func redact(err error, hidden string) error {
+	if hidden == "" || !strings.Contains(err.Error(), hidden) {
+		return err
+	}
+	return &redacted{strings.ReplaceAll(err.Error(), hidden, "[hidden]"), err}
 }
