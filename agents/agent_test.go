@@ -286,3 +286,27 @@ func TestOfflineModelRunsEveryShippedFlow(t *testing.T) {
 		}
 	}
 }
+
+func TestNodeModelOverridesTheDefault(t *testing.T) {
+	openai := agentstest.OpenAI(t, calcScript)
+	anthropic := agentstest.Anthropic(t, calcScript)
+	p := &agents.Providers{Default: "openai:gpt-test", OpenAIKey: "k", OpenAIBaseURL: openai.URL + "/v1", AnthropicKey: "k", AnthropicBaseURL: anthropic.URL}
+	def := strings.Replace(calcFlow, `"constitution": "CONSTITUTION-TEXT-3",`, `"constitution": "CONSTITUTION-TEXT-3", "model": "anthropic:claude-judge",`, 1)
+	r := execute(t, def, &agents.Agent{Model: p.Model, Tools: tools.Set{"calculator": tools.Calculator()}}, "What is 5*10?")
+	if r.out.Status != flow.StatusCompleted {
+		t.Fatal(r.out)
+	}
+	models := map[string]string{}
+	for _, s := range r.steps()[1:] {
+		models[s.Node] = s.Model
+	}
+	if models["input_superego"] != "openai:gpt-test" || models["calculator"] != "openai:gpt-test" || models["output_superego"] != "anthropic:claude-judge" {
+		t.Errorf("models by node: %v", models)
+	}
+	if reqs := anthropic.Requests(); len(reqs) != 1 || reqs[0].Model != "claude-judge" || reqs[0].Node() != "output_superego" {
+		t.Errorf("anthropic requests: %+v", reqs)
+	}
+	if got := len(openai.Requests()); got != 3 {
+		t.Errorf("%d OpenAI requests, want 3", got)
+	}
+}

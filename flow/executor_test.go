@@ -263,14 +263,18 @@ func TestCancelledRunEndsCancelled(t *testing.T) {
 
 func TestEmitFailureFailsTheRun(t *testing.T) {
 	agent := byNode(map[string][]flow.Reply{"in": {reply("ACCEPT", "")}})
+	var code string
 	out := (&flow.Executor{Agent: agent}).Run(context.Background(), flow.Turn{Def: mustParse(t, guarded), Input: "x"},
 		func(e flow.Event) error {
+			if d, ok := e.Data.(flow.ErrorData); ok {
+				code = d.Code
+			}
 			if e.Name == flow.EventCompleteStep {
 				return errors.New("disk full")
 			}
 			return nil
 		})
-	if out.Status != flow.StatusFailed {
-		t.Errorf("outcome %+v", out)
+	if out.Status != flow.StatusFailed || code != "internal" {
+		t.Errorf("outcome %+v, error code %q", out, code)
 	}
 }
