@@ -303,13 +303,6 @@ func (s *Server) listInstances(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
-// researchStep is a step with its hidden fields, for the research view only.
-type researchStep struct {
-	flow.Step
-	Thinking      string `json:"thinking"`
-	AgentGuidance string `json:"agent_guidance"`
-}
-
 // getInstance serves GET /flow/instances/{id}, and with include_hidden=true
 // and the admin token, the research view.
 func (s *Server) getInstance(w http.ResponseWriter, r *http.Request) error {
@@ -329,11 +322,7 @@ func (s *Server) getInstance(w http.ResponseWriter, r *http.Request) error {
 	st := flow.Replay(events)
 	var steps any = orEmpty(st.Steps)
 	if hidden {
-		rs := make([]researchStep, len(st.Steps))
-		for i, s := range st.Steps {
-			rs[i] = researchStep{s, s.Thinking, s.AgentGuidance}
-		}
-		steps = rs
+		steps = flow.ResearchSteps(st.Steps)
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"instance_id": inst.ID, "flow_id": inst.FlowID, "status": st.Status, "steps": steps})
 	return nil

@@ -32,7 +32,8 @@ type Engine struct {
 }
 
 type liveRun struct {
-	cancel context.CancelFunc
+	ctx    context.Context // the run's own: it outlives the request that started it
+	cancel context.CancelCauseFunc
 	mu     sync.Mutex // orders seq, Append and fan-out, so a subscriber sees no gap
 	seq    int64
 	subs   map[*Subscription]struct{}
@@ -68,10 +69,8 @@ func (e *Engine) Start(ctx context.Context, flowID, instanceID, input string) (*
 	} else if inst.FlowID != flowID {
 		return nil, fmt.Errorf("instance %s runs flow %q, not %q: %w", instanceID, inst.FlowID, flowID, ErrInvalid)
 	}
-	runCtx, cancel := context.WithCancel(context.Background())
-	run := &liveRun{cancel: cancel, subs: map[*Subscription]struct{}{}}
+	run := &liveRun{subs: map[*Subscription]struct{}{}}
 	if err := e.reserve(instanceID, run); err != nil {
-		cancel()
 		return nil, err
 	}
 	var err error
@@ -85,21 +84,29 @@ func (e *Engine) Start(ctx context.Context, flowID, instanceID, input string) (*
 	if err != nil {
 		e.release(instanceID)
 		e.wg.Done()
-		cancel()
 		return nil, fmt.Errorf("start run on instance %s: %w", instanceID, err)
 	}
 	st := Replay(events)
-	run.seq = st.LastID
 	sub := run.subscribe(nil)
-	turn := Turn{FlowID: flowID, Def: f.Def, InstanceID: instanceID, RunID: NewID(), Steps: st.Steps, Input: input}
+	e.launch(run, st.LastID, Turn{FlowID: flowID, Def: f.Def, InstanceID: instanceID, RunID: NewID(), Steps: st.Steps, Input: input})
+	return sub, nil
+}
+
+// launch runs a turn on its own goroutine, owned by the engine; the run was
+// reserved, so it is counted in flight and Close waits for it.
+func (e *Engine) launch(run *liveRun, lastID int64, turn Turn) {
+	run.seq = lastID
 	go func() {
 		defer e.wg.Done()
-		defer cancel()
-		out := e.Exec.Run(runCtx, turn, func(ev Event) error { return e.publish(instanceID, run, ev) })
-		if out.Err != nil {
-			e.logger().Warn("run failed", "instance", instanceID, "flow", flowID, "code", ErrorCode(out.Err), "err", out.Err)
+		out := e.Exec.Run(run.ctx, turn, func(ev Event) error { return e.publish(turn.InstanceID, run, ev) })
+		switch {
+		case out.Status == statusInterrupted:
+			e.logger().Info("run interrupted by shutdown; it resumes when the server starts again", "instance", turn.InstanceID, "flow", turn.FlowID)
+		case out.Err != nil:
+			e.logger().Warn("run failed", "instance", turn.InstanceID, "flow", turn.FlowID, "code", ErrorCode(out.Err), "err", out.Err)
 		}
-		e.release(instanceID)
+		run.cancel(nil)
+		e.release(turn.InstanceID)
 		run.mu.Lock()
 		for s := range run.subs {
 			close(s.c)
@@ -107,7 +114,47 @@ func (e *Engine) Start(ctx context.Context, flowID, instanceID, input string) (*
 		run.subs = nil
 		run.mu.Unlock()
 	}()
-	return sub, nil
+}
+
+// Recover finds the runs the store says are in progress, left so by a crash
+// or a shutdown, and resumes each from its last recorded step; a run whose
+// flow is gone ends failed, with the reason. It returns how many it resumed.
+func (e *Engine) Recover(ctx context.Context) (int, error) {
+	list, err := e.Store.List(ctx, ListOptions{Status: StatusRunning})
+	if err != nil {
+		return 0, fmt.Errorf("recover: %w", err)
+	}
+	resumed := 0
+	for _, inst := range list {
+		events, err := e.Store.Events(ctx, inst.ID, 0)
+		if err != nil {
+			return resumed, fmt.Errorf("recover %s: %w", inst.ID, err)
+		}
+		st := Replay(events)
+		f := e.Flows[inst.FlowID]
+		if f == nil {
+			reason := fmt.Sprintf("flow %q is not loaded any more, so the interrupted run cannot resume", inst.FlowID)
+			for i, ev := range []Event{
+				{Name: EventError, Data: ErrorData{"internal", reason}},
+				{Name: EventDone, Data: Done{inst.ID, StatusFailed, ""}},
+			} {
+				ev.ID, ev.Time = st.LastID+int64(i)+1, time.Now().UTC()
+				if err := e.Store.Append(ctx, inst.ID, ev); err != nil {
+					return resumed, fmt.Errorf("recover %s: %w", inst.ID, err)
+				}
+			}
+			e.logger().Warn("interrupted run failed", "instance", inst.ID, "reason", reason)
+			continue
+		}
+		run := &liveRun{subs: map[*Subscription]struct{}{}}
+		if err := e.reserve(inst.ID, run); err != nil {
+			return resumed, fmt.Errorf("recover %s: %w", inst.ID, err)
+		}
+		e.launch(run, st.LastID, Turn{FlowID: inst.FlowID, Def: f.Def, InstanceID: inst.ID, RunID: NewID(), Steps: st.Steps, Resume: true})
+		e.logger().Info("resuming interrupted run", "instance", inst.ID, "flow", inst.FlowID, "steps", len(st.Steps))
+		resumed++
+	}
+	return resumed, nil
 }
 
 func (e *Engine) reserve(id string, run *liveRun) error {
@@ -128,6 +175,7 @@ func (e *Engine) reserve(id string, run *liveRun) error {
 	if e.live == nil {
 		e.live = map[string]*liveRun{}
 	}
+	run.ctx, run.cancel = context.WithCancelCause(context.Background())
 	e.live[id] = run
 	e.wg.Add(1)
 	return nil
@@ -223,12 +271,13 @@ func (e *Engine) Cancel(ctx context.Context, id string) error {
 	if run == nil {
 		return fmt.Errorf("instance %s: %w", id, ErrIdle)
 	}
-	run.cancel()
+	run.cancel(context.Canceled)
 	return nil
 }
 
-// Close refuses new runs, waits for those in flight until ctx is done, then
-// cancels the rest and waits for them to record how they ended.
+// Close refuses new runs and waits for those in flight until ctx is done.
+// The rest it stops where they are: their logs end without done, and
+// Recover resumes them at the next start.
 func (e *Engine) Close(ctx context.Context) error {
 	e.mu.Lock()
 	e.closed = true
@@ -242,11 +291,11 @@ func (e *Engine) Close(ctx context.Context) error {
 	}
 	e.mu.Lock()
 	for _, run := range e.live {
-		run.cancel()
+		run.cancel(ErrClosed)
 	}
 	e.mu.Unlock()
 	<-finished
-	return errors.New("flow.engine: runs cancelled at shutdown")
+	return errors.New("flow.engine: runs interrupted at shutdown")
 }
 
 func (e *Engine) logger() *slog.Logger {

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
+	"strings"
 	"testing"
 
 	"superego/flow"
@@ -40,6 +42,7 @@ func newEngine(tb testing.TB, agent flow.Agent, max int) *flow.Engine {
 		Exec:    &flow.Executor{Agent: agent},
 		Store:   &flow.MemStore{},
 		MaxRuns: max,
+		Log:     slog.New(slog.DiscardHandler),
 	}
 }
 
@@ -213,18 +216,75 @@ func TestCancelAndCloseEndRuns(t *testing.T) {
 		t.Errorf("after cancel: %+v", d)
 	}
 
+	// Shutdown interrupts a run: no done, so the next start resumes it.
 	sub2, err := e.Start(ctx, "one", "", "b")
 	if err != nil {
 		t.Fatal(err)
 	}
+	id2 := instanceOf(t, sub2)
 	<-g.entered
 	expired, cancel := context.WithCancel(ctx)
 	cancel()
 	if err := e.Close(expired); err == nil {
-		t.Error("close cancelled a run and said nothing")
+		t.Error("close interrupted a run and said nothing")
 	}
-	events = drain(sub2)
-	if d := events[len(events)-1].Data.(flow.Done); d.Status != flow.StatusCancelled {
-		t.Errorf("after close: %+v", d)
+	for _, ev := range drain(sub2) {
+		if ev.Name == flow.EventDone {
+			t.Errorf("an interrupted run recorded done: %+v", ev.Data)
+		}
+	}
+	list, _ := e.Store.List(ctx, flow.ListOptions{Status: flow.StatusRunning})
+	if len(list) != 1 || list[0].ID != id2 {
+		t.Fatalf("running after shutdown: %+v", list)
+	}
+
+	// A new engine on the same store finds it and finishes it.
+	g2 := newGated()
+	close(g2.gate)
+	e2 := newEngine(t, g2, 0)
+	e2.Store = e.Store
+	if n, err := e2.Recover(ctx); n != 1 || err != nil {
+		t.Fatalf("recover: %d, %v", n, err)
+	}
+	resumed, err := e2.Subscribe(ctx, id2, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	all := drain(resumed)
+	var starts []flow.RunStart
+	var steps []string
+	for _, ev := range all {
+		switch d := ev.Data.(type) {
+		case flow.RunStart:
+			starts = append(starts, d)
+		case flow.Step:
+			steps = append(steps, d.StepID+":"+d.AgentID)
+		}
+	}
+	if len(starts) != 2 || starts[0].Resumed || !starts[1].Resumed {
+		t.Errorf("run starts %+v", starts)
+	}
+	if strings.Join(steps, " ") != "1:user 2:s" {
+		t.Errorf("steps %v: want the user's, then the node's once", steps)
+	}
+	if d := all[len(all)-1].Data.(flow.Done); d.Status != flow.StatusCompleted {
+		t.Errorf("resumed run ended %+v", d)
+	}
+}
+
+func TestRecoverFailsARunWhoseFlowIsGone(t *testing.T) {
+	ctx := context.Background()
+	store := &flow.MemStore{}
+	store.Create(ctx, flow.Instance{ID: "x", FlowID: "vanished"})
+	store.Append(ctx, "x", flow.Event{ID: 1, Name: flow.EventRunStart, Data: flow.RunStart{InstanceID: "x"}})
+	e := newEngine(t, newGated(), 0)
+	e.Store = store
+	if n, err := e.Recover(ctx); n != 0 || err != nil {
+		t.Fatalf("recover: %d %v", n, err)
+	}
+	events, _ := store.Events(ctx, "x", 0)
+	if len(events) != 3 || events[1].Data.(flow.ErrorData).Message != `flow "vanished" is not loaded any more, so the interrupted run cannot resume` ||
+		events[2].Data.(flow.Done).Status != flow.StatusFailed || events[2].ID != 3 {
+		t.Errorf("events %+v", events)
 	}
 }

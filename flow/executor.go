@@ -58,6 +58,7 @@ type Turn struct {
 	RunID      string
 	Steps      []Step // the instance's log before this run
 	Input      string
+	Resume     bool // continue the interrupted run the log ends with; Input is unused
 }
 
 // Outcome is how a run ended.
@@ -71,7 +72,8 @@ type Outcome struct {
 // event in order: run_start, the user's complete_step, then per node
 // node_start, partials and tool events, complete_step, and last done. An
 // error from emit fails the run: a step that cannot be recorded must not be
-// acted on.
+// acted on. A run stopped by the engine's shutdown ends without done, so
+// that it resumes at the next start.
 func (x *Executor) Run(ctx context.Context, t Turn, emit func(Event) error) Outcome {
 	now := x.Now
 	if now == nil {
@@ -79,6 +81,9 @@ func (x *Executor) Run(ctx context.Context, t Turn, emit func(Event) error) Outc
 	}
 	r := &runner{x: x, t: t, now: now, emit: emit, steps: t.Steps, iters: map[string]int{}}
 	out := r.run(ctx)
+	if out.Status == statusInterrupted {
+		return out
+	}
 	if out.Status == StatusFailed {
 		r.send(EventError, ErrorData{ErrorCode(out.Err), out.Err.Error()})
 	}
@@ -104,27 +109,58 @@ func (r *runner) send(name string, data any) error {
 
 func (r *runner) run(ctx context.Context) Outcome {
 	g := &r.t.Def.Graph
-	if err := r.send(EventRunStart, RunStart{r.t.InstanceID, r.t.RunID, r.t.FlowID, false}); err != nil {
+	if err := r.send(EventRunStart, RunStart{r.t.InstanceID, r.t.RunID, r.t.FlowID, r.t.Resume}); err != nil {
 		return Outcome{Status: StatusFailed, Err: err}
 	}
-	cur := g.Start
-	if n := len(r.steps); n > 0 {
-		if last := r.steps[n-1]; last.Decision == NeedsClarification && last.NextAgent != nil {
-			cur = *last.NextAgent
+	var cur, response string
+	nsteps := 0
+	if r.t.Resume {
+		// The log says where the run was: the steps of its turn give the
+		// iterations spent, the last step the node that runs next.
+		r.turn = -1
+		for i, s := range r.steps {
+			if s.Role == RoleUser {
+				r.turn = i
+			}
+		}
+		if r.turn < 0 {
+			return Outcome{Status: StatusFailed, Err: fmt.Errorf("resume: the log has no user step: %w", ErrInvalid)}
+		}
+		for _, s := range r.steps[r.turn+1:] {
+			r.iters[s.Node]++
+			nsteps++
+			if s.Response != "" {
+				response = s.Response
+			}
+		}
+		last := r.steps[len(r.steps)-1]
+		if status, end := ending(last, g.Nodes[last.Node]); end {
+			return Outcome{Status: status, Response: response} // it had ended; only done was missing
+		}
+		cur = *last.NextAgent
+	} else {
+		cur = g.Start
+		if n := len(r.steps); n > 0 {
+			if last := r.steps[n-1]; last.Decision == NeedsClarification && last.NextAgent != nil {
+				cur = *last.NextAgent
+			}
+		}
+		r.turn = len(r.steps)
+		first := cur
+		user := Step{AgentID: "user", Role: RoleUser, Response: r.t.Input, NextAgent: &first}
+		if err := r.appendStep(user); err != nil {
+			return Outcome{Status: StatusFailed, Err: err}
 		}
 	}
-	r.turn = len(r.steps)
-	first := cur
-	user := Step{AgentID: "user", Role: RoleUser, Response: r.t.Input, NextAgent: &first}
-	if err := r.appendStep(user); err != nil {
-		return Outcome{Status: StatusFailed, Err: err}
-	}
-	var response string
-	for nsteps, hops := 0, 0; ; {
+	for hops := 0; ; {
 		if ctx.Err() != nil {
-			return Outcome{Status: StatusCancelled, Response: response}
+			return r.stopped(ctx, response)
 		}
 		node := g.Nodes[cur]
+		if node == nil {
+			return Outcome{Status: StatusFailed, Response: response,
+				Err: fmt.Errorf("node %q is not in flow %q any more; the run cannot go on: %w", cur, r.t.FlowID, ErrInvalid)}
+		}
 		if r.iters[cur] >= node.Iterations() {
 			// MAX_ITERATIONS chains can cycle between exhausted nodes
 			// without a step; hops bounds them.
@@ -144,7 +180,7 @@ func (r *runner) run(ctx context.Context) Outcome {
 		step, err := r.act(ctx, node)
 		if err != nil {
 			if ctx.Err() != nil && !errors.Is(err, ErrTimeout) {
-				return Outcome{Status: StatusCancelled, Response: response}
+				return r.stopped(ctx, response)
 			}
 			return Outcome{Status: StatusFailed, Response: response, Err: err}
 		}
@@ -154,16 +190,37 @@ func (r *runner) run(ctx context.Context) Outcome {
 		if err := r.appendStep(step); err != nil {
 			return Outcome{Status: StatusFailed, Response: response, Err: err}
 		}
-		switch {
-		case step.Decision == NeedsClarification:
-			return Outcome{Status: StatusAwaitingInput, Response: response}
-		case step.NextAgent == nil && step.Decision == Block && node.Type == Superego:
-			return Outcome{Status: StatusBlocked, Response: response}
-		case step.NextAgent == nil:
-			return Outcome{Status: StatusCompleted, Response: response}
+		if status, end := ending(step, node); end {
+			return Outcome{Status: status, Response: response}
 		}
 		cur = *step.NextAgent
 	}
+}
+
+// stopped is the outcome of a run whose context ended: cancelled, or, when
+// the engine is shutting down, interrupted, to resume at the next start.
+func (r *runner) stopped(ctx context.Context, response string) Outcome {
+	if errors.Is(context.Cause(ctx), ErrClosed) {
+		return Outcome{Status: statusInterrupted, Response: response}
+	}
+	return Outcome{Status: StatusCancelled, Response: response}
+}
+
+// statusInterrupted is a run stopped by shutdown. It is never recorded: its
+// log ends without done, which is how the next start finds it.
+const statusInterrupted = "interrupted"
+
+// ending reports whether a run ends after step, and how.
+func ending(step Step, node *Node) (status string, end bool) {
+	switch {
+	case step.Decision == NeedsClarification:
+		return StatusAwaitingInput, true
+	case step.NextAgent == nil && step.Decision == Block && node != nil && node.Type == Superego:
+		return StatusBlocked, true
+	case step.NextAgent == nil:
+		return StatusCompleted, true
+	}
+	return "", false
 }
 
 // appendStep numbers a step, stamps it, and emits it.

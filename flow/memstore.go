@@ -51,7 +51,9 @@ func (m *MemStore) List(_ context.Context, opt ListOptions) ([]Summary, error) {
 		if opt.FlowID != "" && mi.FlowID != opt.FlowID {
 			continue
 		}
-		out = append(out, Summarize(mi.Instance, mi.events))
+		if sum := Summarize(mi.Instance, mi.events); opt.Status == "" || sum.Status == opt.Status {
+			out = append(out, sum)
+		}
 	}
 	m.mu.RUnlock()
 	sort.Slice(out, func(i, j int) bool {
@@ -72,6 +74,9 @@ func (m *MemStore) Append(_ context.Context, id string, e Event) error {
 	mi := m.inst[id]
 	if mi == nil {
 		return fmt.Errorf("instance %q: %w", id, ErrNotFound)
+	}
+	if n := len(mi.events); n > 0 && e.ID <= mi.events[n-1].ID {
+		return fmt.Errorf("instance %s: event %d after %d: ids only grow", id, e.ID, mi.events[n-1].ID)
 	}
 	mi.events = append(mi.events, e)
 	return nil

@@ -3,7 +3,9 @@ package flow
 import (
 	"context"
 	"crypto/rand"
+	"encoding/json"
 	"fmt"
+	"reflect"
 	"time"
 )
 
@@ -23,9 +25,10 @@ type Summary struct {
 	Steps     int       `json:"steps"`
 }
 
-// ListOptions filter Store.List.
+// ListOptions filter Store.List; zero values filter nothing.
 type ListOptions struct {
 	FlowID string
+	Status string
 	Limit  int
 }
 
@@ -81,4 +84,63 @@ func NewID() string {
 	b[6] = b[6]&0x0f | 0x40
 	b[8] = b[8]&0x3f | 0x80
 	return fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:])
+}
+
+// Hidden is a step's hidden fields, kept apart from its visible JSON by
+// stores and shown only by the research view.
+type Hidden struct {
+	Thinking      string `json:"thinking"`
+	AgentGuidance string `json:"agent_guidance"`
+}
+
+// HiddenOf returns the step's hidden fields.
+func HiddenOf(s Step) Hidden { return Hidden{s.Thinking, s.AgentGuidance} }
+
+// DecodeEvent rebuilds an event's payload from its name and visible JSON,
+// and for a step, its hidden fields; stores that serialise events use it.
+func DecodeEvent(name string, data []byte, hidden Hidden) (any, error) {
+	var v any
+	switch name {
+	case EventRunStart:
+		v = &RunStart{}
+	case EventNodeStart:
+		v = &NodeStart{}
+	case EventPartial:
+		v = &Partial{}
+	case EventToolCall:
+		v = &ToolCall{}
+	case EventToolResult:
+		v = &ToolResult{}
+	case EventCompleteStep:
+		v = &Step{}
+	case EventError:
+		v = &ErrorData{}
+	case EventDone:
+		v = &Done{}
+	default:
+		return nil, fmt.Errorf("unknown event %q", name)
+	}
+	if err := json.Unmarshal(data, v); err != nil {
+		return nil, fmt.Errorf("decode %s event: %w", name, err)
+	}
+	if s, ok := v.(*Step); ok {
+		s.Thinking, s.AgentGuidance = hidden.Thinking, hidden.AgentGuidance
+	}
+	return reflect.ValueOf(v).Elem().Interface(), nil
+}
+
+// Research is a step with its hidden fields: for the research view and full
+// exports only.
+type Research struct {
+	Step
+	Hidden
+}
+
+// ResearchSteps pairs each step with its hidden fields.
+func ResearchSteps(steps []Step) []Research {
+	out := make([]Research, len(steps))
+	for i, s := range steps {
+		out[i] = Research{s, HiddenOf(s)}
+	}
+	return out
 }

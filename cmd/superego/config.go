@@ -15,6 +15,7 @@ type config struct {
 	Addr          string
 	Flows         string
 	Constitutions string
+	DB            string
 	Model         string
 	AdminToken    string
 	SearchURL     string
@@ -29,6 +30,11 @@ type config struct {
 	OllamaHost       string
 
 	JSON bool // run: print events as JSON lines
+
+	// export
+	ExportFlow    string
+	ExportSince   time.Time
+	IncludeHidden bool
 }
 
 var errHelp = errors.New("help requested")
@@ -60,14 +66,21 @@ func parseConfig(cmd string, args []string, getenv func(string) string, stderr i
 	fs.StringVar(&c.Addr, "addr", env("SUPEREGO_ADDR", "127.0.0.1:8080"), "listen address (SUPEREGO_ADDR)")
 	fs.StringVar(&c.Flows, "flows", env("SUPEREGO_FLOWS", "./flows"), "flow definitions directory (SUPEREGO_FLOWS)")
 	fs.StringVar(&c.Constitutions, "constitutions", env("SUPEREGO_CONSTITUTIONS", "./constitutions"), "constitutions directory (SUPEREGO_CONSTITUTIONS)")
+	fs.StringVar(&c.DB, "db", env("SUPEREGO_DB", "./superego.db"), `where instances are kept: a SQLite file, or "memory" (SUPEREGO_DB)`)
 	fs.StringVar(&c.Model, "model", env("SUPEREGO_MODEL", defaultModel), `default model, "provider:model": openai, anthropic, ollama or offline (SUPEREGO_MODEL)`)
 	fs.StringVar(&c.SearchURL, "search-url", env("SUPEREGO_SEARCH_URL", ""), "SearXNG instance for the search tool (SUPEREGO_SEARCH_URL)")
 	modelTimeout, grace, maxRuns := env("SUPEREGO_MODEL_TIMEOUT", "2m"), env("SUPEREGO_GRACE", "30s"), env("SUPEREGO_MAX_RUNS", "256")
 	fs.StringVar(&modelTimeout, "model-timeout", modelTimeout, "longest wait for one model or tool call (SUPEREGO_MODEL_TIMEOUT)")
 	fs.StringVar(&grace, "grace", grace, "at shutdown, how long runs in flight may take to finish (SUPEREGO_GRACE)")
 	fs.StringVar(&maxRuns, "max-runs", maxRuns, "runs in flight at once; more get 429 (SUPEREGO_MAX_RUNS)")
-	if cmd == "run" {
+	since := ""
+	switch cmd {
+	case "run":
 		fs.BoolVar(&c.JSON, "json", false, "print every event as a JSON line")
+	case "export":
+		fs.StringVar(&c.ExportFlow, "flow", "", "only instances of this flow")
+		fs.StringVar(&since, "since", "", "only instances created at or after this time (2026-11-21 or RFC 3339)")
+		fs.BoolVar(&c.IncludeHidden, "include-hidden", false, "include thinking and agent_guidance")
 	}
 	fs.Usage = func() {
 		fmt.Fprint(stderr, usage+"\nflags:\n")
@@ -88,6 +101,13 @@ func parseConfig(cmd string, args []string, getenv func(string) string, stderr i
 	}
 	if c.MaxRuns, err = strconv.Atoi(maxRuns); err != nil || c.MaxRuns < 1 {
 		return c, nil, fmt.Errorf("max-runs: %q is not a whole number of 1 or more", maxRuns)
+	}
+	if since != "" {
+		if c.ExportSince, err = time.Parse(time.RFC3339, since); err != nil {
+			if c.ExportSince, err = time.Parse(time.DateOnly, since); err != nil {
+				return c, nil, fmt.Errorf("since: %q is not a date (2026-11-21) or an RFC 3339 time", since)
+			}
+		}
 	}
 	return c, fs.Args(), nil
 }

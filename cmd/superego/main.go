@@ -27,6 +27,7 @@ import (
 	"superego/agents"
 	"superego/api"
 	"superego/flow"
+	"superego/sqlite"
 	"superego/tools"
 )
 
@@ -86,6 +87,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return runFlow(ctx, cfg, rest, stdout, stderr)
 	case "validate":
 		return validateFlows(cfg, rest, stdout, stderr)
+	case "export":
+		return export(ctx, cfg, stdout, stderr)
 	}
 	fmt.Fprintf(stderr, "superego: unknown command %q\n\n%s", cmd, usage)
 	return exitUsage
@@ -95,21 +98,38 @@ const usage = `usage:
   superego serve [flags]                       serve flows over HTTP (the default)
   superego run [flags] FLOW "message"          run a flow once and print it as it streams
   superego validate [flags] [FILE.json ...]    check flow files (default: every file in --flows)
+  superego export [flags] > runs.jsonl         every instance with its steps, one JSON object a line
   superego COMMAND -h                          flags of a command
 `
 
-// wire builds the engine from the configuration: flows, tools, models.
-func wire(cfg config, log *slog.Logger) (*flow.Engine, []flow.Refused, *agents.Providers, error) {
+// openStore opens the store --db names.
+func openStore(cfg config) (flow.Store, func() error, error) {
+	switch {
+	case cfg.DB == "memory":
+		return &flow.MemStore{}, func() error { return nil }, nil
+	case strings.HasPrefix(cfg.DB, "postgres://"), strings.HasPrefix(cfg.DB, "postgresql://"):
+		return nil, nil, errors.New("db: PostgreSQL is not supported yet; use a SQLite file or \"memory\"")
+	}
+	s, err := sqlite.Open(cfg.DB)
+	if err != nil {
+		return nil, nil, err
+	}
+	return s, s.Close, nil
+}
+
+// wire builds the engine from the configuration: flows, tools, models and
+// the store. closeStore releases the store once the engine is done with it.
+func wire(cfg config, log *slog.Logger) (engine *flow.Engine, refused []flow.Refused, providers *agents.Providers, closeStore func() error, err error) {
 	set := tools.Builtin(&tools.Search{URL: cfg.SearchURL})
 	texts, err := flow.Constitutions(cfg.Constitutions)
 	if err != nil {
-		return nil, nil, nil, err
+		return nil, nil, nil, nil, err
 	}
 	flows, refused, err := flow.LoadDir(cfg.Flows, flow.Catalog{Tools: set.Names(), Providers: agents.ProviderNames, Texts: texts})
 	if err != nil {
-		return nil, nil, nil, err
+		return nil, nil, nil, nil, err
 	}
-	providers := &agents.Providers{
+	providers = &agents.Providers{
 		Default:          cfg.Model,
 		OpenAIKey:        cfg.OpenAIKey,
 		OpenAIBaseURL:    cfg.OpenAIBaseURL,
@@ -118,23 +138,33 @@ func wire(cfg config, log *slog.Logger) (*flow.Engine, []flow.Refused, *agents.P
 		OllamaHost:       cfg.OllamaHost,
 	}
 	if _, err := providers.Model(""); err != nil {
-		return nil, nil, nil, err
+		return nil, nil, nil, nil, err
+	}
+	store, closeStore, err := openStore(cfg)
+	if err != nil {
+		return nil, nil, nil, nil, err
 	}
 	agent := &agents.Agent{Model: providers.Model, Tools: set, Timeout: cfg.ModelTimeout}
-	engine := &flow.Engine{Flows: flows, Exec: &flow.Executor{Agent: agent}, Store: &flow.MemStore{}, MaxRuns: cfg.MaxRuns, Log: log}
-	return engine, refused, providers, nil
+	engine = &flow.Engine{Flows: flows, Exec: &flow.Executor{Agent: agent}, Store: store, MaxRuns: cfg.MaxRuns, Log: log}
+	return engine, refused, providers, closeStore, nil
 }
 
 // serve runs the HTTP server until ctx ends, then shuts down gracefully:
 // new runs get 503, runs in flight get cfg.Grace to finish.
 func serve(ctx context.Context, cfg config, stdout, stderr io.Writer, ready chan<- string) error {
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
-	engine, refused, providers, err := wire(cfg, log)
+	engine, refused, providers, closeStore, err := wire(cfg, log)
 	if err != nil {
 		return err
 	}
+	defer closeStore()
 	for _, r := range refused {
 		log.Warn("flow refused", "flow", r.ID, "errors", strings.Join(r.Errors, "; "))
+	}
+	if n, err := engine.Recover(ctx); err != nil {
+		return err
+	} else if n > 0 {
+		log.Info("resumed interrupted runs", "runs", n)
 	}
 	model, _ := providers.Model("")
 	srv := &http.Server{
@@ -147,12 +177,13 @@ func serve(ctx context.Context, cfg config, stdout, stderr io.Writer, ready chan
 		return err
 	}
 	addr := ln.Addr().String()
-	log.Info("listening", "addr", "http://"+addr, "model", model.Name, "flows", len(engine.Flows), "refused", len(refused))
+	log.Info("listening", "addr", "http://"+addr, "model", model.Name, "flows", len(engine.Flows), "refused", len(refused), "db", cfg.DB)
 	if model.Name == agents.OfflineName {
 		log.Warn("the model is the built-in offline model, not a language model: set SUPEREGO_MODEL, OPENAI_API_KEY or ANTHROPIC_API_KEY for real judgments")
 	}
+	fmt.Fprintf(stdout, "superego is serving on http://%s.\n", addr)
 	if _, ok := engine.Flows["basic_calculator"]; ok {
-		fmt.Fprintf(stdout, "superego is serving on http://%s. Run a flow:\n\n  curl -N http://%s/flow/execute -H 'Content-Type: application/json' -d '{\"flow_id\":\"basic_calculator\",\"input\":\"What is 5*10?\"}'\n\n", addr, addr)
+		fmt.Fprintf(stdout, "Run a flow:\n\n  curl -N http://%s/flow/execute -H 'Content-Type: application/json' -d '{\"flow_id\":\"basic_calculator\",\"input\":\"What is 5*10?\"}'\n\n", addr)
 	}
 	if ready != nil {
 		ready <- addr

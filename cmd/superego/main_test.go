@@ -22,7 +22,7 @@ func env(kv ...string) func(string) string {
 }
 
 // repoEnv points the command at the repository's flows and constitutions.
-var repoEnv = []string{"SUPEREGO_FLOWS", "../../flows", "SUPEREGO_CONSTITUTIONS", "../../constitutions"}
+var repoEnv = []string{"SUPEREGO_FLOWS", "../../flows", "SUPEREGO_CONSTITUTIONS", "../../constitutions", "SUPEREGO_DB", "memory"}
 
 func runCmd(t *testing.T, getenv func(string) string, args ...string) (int, string, string) {
 	t.Helper()
@@ -131,7 +131,7 @@ func TestServeStartsAndShutsDown(t *testing.T) {
 	dir := t.TempDir()
 	os.CopyFS(filepath.Join(dir, "flows"), os.DirFS("../../flows"))
 	os.WriteFile(filepath.Join(dir, "flows", "broken.json"), []byte(`{"name": "x"`), 0o644)
-	cfg, _, err := parseConfig("serve", []string{"--addr", "127.0.0.1:0", "--flows", filepath.Join(dir, "flows"), "--constitutions", "../../constitutions"}, env(), io.Discard)
+	cfg, _, err := parseConfig("serve", []string{"--addr", "127.0.0.1:0", "--flows", filepath.Join(dir, "flows"), "--constitutions", "../../constitutions", "--db", filepath.Join(dir, "s.db")}, env(), io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}

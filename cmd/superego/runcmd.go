@@ -19,11 +19,12 @@ func runFlow(ctx context.Context, cfg config, args []string, stdout, stderr io.W
 		return exitUsage
 	}
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	engine, refused, _, err := wire(cfg, log)
+	engine, refused, _, closeStore, err := wire(cfg, log)
 	if err != nil {
 		fmt.Fprintln(stderr, "superego run:", err)
 		return exitUsage
 	}
+	defer closeStore()
 	for _, r := range refused {
 		if r.ID == args[0] {
 			fmt.Fprintf(stderr, "superego run: flow %s is refused:\n  %s\n", r.ID, strings.Join(r.Errors, "\n  "))
@@ -35,13 +36,13 @@ func runFlow(ctx context.Context, cfg config, args []string, stdout, stderr io.W
 		fmt.Fprintln(stderr, "superego run:", err)
 		return exitUsage
 	}
-	go func() { // Ctrl-C cancels the run; it still ends with its done event
-		<-ctx.Done()
-		expired, cancel := context.WithCancel(context.Background())
-		cancel()
-		engine.Close(expired)
-	}()
 	p := &printer{w: stdout, json: cfg.JSON}
+	first := <-sub.C // run_start, with the instance to cancel
+	p.print(first)
+	stop := context.AfterFunc(ctx, func() { // Ctrl-C cancels the run; it still ends with done
+		engine.Cancel(context.Background(), first.Data.(flow.RunStart).InstanceID)
+	})
+	defer stop()
 	status := flow.StatusCancelled
 	for ev := range sub.C {
 		p.print(ev)

@@ -1,0 +1,67 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+
+	"superego/flow"
+)
+
+// exported is one line of `superego export`.
+type exported struct {
+	flow.Summary
+	Steps any `json:"steps"` // []flow.Step, or []flow.Research with --include-hidden
+}
+
+// export writes every instance with its steps, one JSON object a line,
+// oldest first, for analysis in any tool.
+func export(ctx context.Context, cfg config, stdout, stderr io.Writer) int {
+	store, closeStore, err := openStore(cfg)
+	if err != nil {
+		fmt.Fprintln(stderr, "superego export:", err)
+		return exitUsage
+	}
+	defer closeStore()
+	list, err := store.List(ctx, flow.ListOptions{FlowID: cfg.ExportFlow})
+	if err != nil {
+		fmt.Fprintln(stderr, "superego export:", err)
+		return exitFailed
+	}
+	w := bufio.NewWriter(stdout)
+	enc := json.NewEncoder(w)
+	for i := len(list) - 1; i >= 0; i-- {
+		sum := list[i]
+		if sum.CreatedAt.Before(cfg.ExportSince) {
+			continue
+		}
+		events, err := store.Events(ctx, sum.ID, 0)
+		if err != nil {
+			fmt.Fprintln(stderr, "superego export:", err)
+			return exitFailed
+		}
+		steps := flow.Replay(events).Steps
+		line := exported{Summary: sum, Steps: orEmpty(steps)}
+		if cfg.IncludeHidden {
+			line.Steps = flow.ResearchSteps(steps)
+		}
+		if err := enc.Encode(line); err != nil {
+			fmt.Fprintln(stderr, "superego export:", err)
+			return exitFailed
+		}
+	}
+	if err := w.Flush(); err != nil {
+		fmt.Fprintln(stderr, "superego export:", err)
+		return exitFailed
+	}
+	return exitOK
+}
+
+func orEmpty(steps []flow.Step) []flow.Step {
+	if steps == nil {
+		return []flow.Step{}
+	}
+	return steps
+}

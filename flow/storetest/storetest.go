@@ -1,0 +1,148 @@
+// Package storetest checks that an implementation of flow.Store keeps the
+// contract: instances, an append-only event log per instance, hidden fields
+// kept, and state derived from the log.
+package storetest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"reflect"
+	"sync"
+	"testing"
+	"time"
+
+	"superego/flow"
+)
+
+// Run runs the contract's tests on stores made by open, one a test.
+func Run(t *testing.T, open func(t *testing.T) flow.Store) {
+	ctx := context.Background()
+	t0 := time.Date(2026, 11, 21, 10, 0, 0, 0, time.UTC)
+	next := "b"
+	step := flow.Step{StepID: "2", AgentID: "a", Node: "a", Role: flow.RoleAssistant, Timestamp: t0, Input: "in", Decision: "ACCEPT",
+		Response: "out", NextAgent: &next, Thinking: "T-hidden", AgentGuidance: "G-hidden",
+		ToolUsage: []flow.ToolUse{{ID: "c1", ToolName: "calculator", Input: []byte(`{"expression":"1+1"}`), Output: "2"}}}
+	run := []flow.Event{
+		{ID: 1, Name: flow.EventRunStart, Time: t0, Data: flow.RunStart{InstanceID: "i1", RunID: "r1", FlowID: "f"}},
+		{ID: 2, Name: flow.EventCompleteStep, Time: t0, Data: flow.Step{StepID: "1", AgentID: "user", Role: flow.RoleUser, Timestamp: t0, Response: "hi", NextAgent: &next}},
+		{ID: 3, Name: flow.EventNodeStart, Time: t0, Data: flow.NodeStart{Node: "a", AgentID: "a"}},
+		{ID: 4, Name: flow.EventToolCall, Time: t0, Data: flow.ToolCall{Node: "a", ToolName: "calculator", Input: []byte(`{}`)}},
+		{ID: 5, Name: flow.EventToolResult, Time: t0, Data: flow.ToolResult{Node: "a", ToolName: "calculator", Output: "2"}},
+		{ID: 6, Name: flow.EventCompleteStep, Time: t0.Add(time.Second), Data: step},
+		{ID: 7, Name: flow.EventError, Time: t0.Add(time.Second), Data: flow.ErrorData{Code: "timeout", Message: "slow"}},
+		{ID: 8, Name: flow.EventDone, Time: t0.Add(2 * time.Second), Data: flow.Done{InstanceID: "i1", Status: flow.StatusFailed, Response: "out"}},
+	}
+
+	t.Run("instances", func(t *testing.T) {
+		s := open(t)
+		if err := s.Create(ctx, flow.Instance{ID: "i1", FlowID: "f", CreatedAt: t0}); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Create(ctx, flow.Instance{ID: "i1", FlowID: "f", CreatedAt: t0}); err == nil {
+			t.Error("created the same instance twice")
+		}
+		got, err := s.Get(ctx, "i1")
+		if err != nil || got.FlowID != "f" || !got.CreatedAt.Equal(t0) {
+			t.Errorf("get: %+v %v", got, err)
+		}
+		if _, err := s.Get(ctx, "nope"); !errors.Is(err, flow.ErrNotFound) {
+			t.Errorf("get missing: %v", err)
+		}
+		if _, err := s.Events(ctx, "nope", 0); !errors.Is(err, flow.ErrNotFound) {
+			t.Errorf("events of missing: %v", err)
+		}
+		if err := s.Append(ctx, "nope", run[0]); err == nil {
+			t.Error("appended to a missing instance")
+		}
+	})
+
+	t.Run("events round-trip, hidden fields kept", func(t *testing.T) {
+		s := open(t)
+		s.Create(ctx, flow.Instance{ID: "i1", FlowID: "f", CreatedAt: t0})
+		for _, e := range run {
+			if err := s.Append(ctx, "i1", e); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := s.Append(ctx, "i1", run[3]); err == nil {
+			t.Error("appended event 4 twice")
+		}
+		got, err := s.Events(ctx, "i1", 0)
+		if err != nil || len(got) != len(run) {
+			t.Fatalf("%d events, %v", len(got), err)
+		}
+		for i := range run {
+			if !got[i].Time.Equal(run[i].Time) || got[i].ID != run[i].ID || got[i].Name != run[i].Name || !reflect.DeepEqual(got[i].Data, run[i].Data) {
+				t.Errorf("event %d:\n got %+v\nwant %+v", i, got[i], run[i])
+			}
+		}
+		after, _ := s.Events(ctx, "i1", 5)
+		if len(after) != 3 || after[0].ID != 6 {
+			t.Errorf("events after 5: %d", len(after))
+		}
+	})
+
+	t.Run("listing derives state", func(t *testing.T) {
+		s := open(t)
+		for i, id := range []string{"old", "mid", "new"} {
+			s.Create(ctx, flow.Instance{ID: id, FlowID: map[bool]string{true: "g", false: "f"}[id == "mid"], CreatedAt: t0.Add(time.Duration(i) * time.Hour)})
+		}
+		for _, e := range run {
+			s.Append(ctx, "old", e)
+		}
+		s.Append(ctx, "mid", run[0])
+		list, err := s.List(ctx, flow.ListOptions{})
+		if err != nil || len(list) != 3 {
+			t.Fatalf("list: %+v %v", list, err)
+		}
+		got := fmt.Sprint(list[0].ID, list[0].Status, list[0].Steps, " ", list[1].ID, list[1].Status, " ", list[2].ID, list[2].Status, list[2].Steps)
+		if want := "newnew0 midrunning oldfailed2"; got != want {
+			t.Errorf("list: %s, want %s", got, want)
+		}
+		if !list[2].UpdatedAt.Equal(t0.Add(2*time.Second)) || !list[0].UpdatedAt.Equal(list[0].CreatedAt) {
+			t.Errorf("updated_at: %v, %v", list[2].UpdatedAt, list[0].UpdatedAt)
+		}
+		for _, c := range []struct {
+			opt  flow.ListOptions
+			want string
+		}{
+			{flow.ListOptions{Limit: 2}, "[new mid]"},
+			{flow.ListOptions{FlowID: "g"}, "[mid]"},
+			{flow.ListOptions{Status: flow.StatusRunning}, "[mid]"},
+			{flow.ListOptions{Status: flow.StatusFailed, Limit: 1}, "[old]"},
+		} {
+			l, _ := s.List(ctx, c.opt)
+			var ids []string
+			for _, x := range l {
+				ids = append(ids, x.ID)
+			}
+			if fmt.Sprint(ids) != c.want {
+				t.Errorf("list %+v: %v, want %s", c.opt, ids, c.want)
+			}
+		}
+	})
+
+	t.Run("concurrent appends", func(t *testing.T) {
+		s := open(t)
+		var wg sync.WaitGroup
+		for i := range 20 {
+			id := fmt.Sprint("c", i)
+			s.Create(ctx, flow.Instance{ID: id, FlowID: "f", CreatedAt: t0})
+			wg.Go(func() {
+				for n := int64(1); n <= 50; n++ {
+					if err := s.Append(ctx, id, flow.Event{ID: n, Name: flow.EventNodeStart, Time: t0, Data: flow.NodeStart{Node: "a"}}); err != nil {
+						t.Error(err)
+						return
+					}
+				}
+			})
+		}
+		wg.Wait()
+		for i := range 20 {
+			if ev, _ := s.Events(ctx, fmt.Sprint("c", i), 0); len(ev) != 50 || ev[49].ID != 50 {
+				t.Errorf("instance c%d has %d events", i, len(ev))
+			}
+		}
+	})
+}
