@@ -23,6 +23,7 @@ import (
 	"superego/agents/agentstest"
 	"superego/api"
 	"superego/flow"
+	"superego/sqlite"
 	"superego/tools"
 )
 
@@ -109,16 +110,33 @@ func (s *syncBuffer) String() string {
 }
 
 func newFixture(t testing.TB, gate <-chan struct{}, maxRuns int) *fixture {
+	return newFixtureOn(t, &flow.MemStore{}, gate, maxRuns)
+}
+
+func newFixtureOn(t testing.TB, store flow.Store, gate <-chan struct{}, maxRuns int) *fixture {
 	t.Helper()
 	model := agentstest.OpenAI(t, script(gate))
 	p := &agents.Providers{Default: "openai:gpt-test", OpenAIKey: "k", OpenAIBaseURL: model.URL + "/v1"}
-	f := newServer(t, p.Model, maxRuns)
+	f := newServer(t, store, p.Model, maxRuns)
 	f.model = model
 	return f
 }
 
+// stores are the stores the durability tests run on.
+var stores = map[string]func(testing.TB) flow.Store{
+	"memory": func(testing.TB) flow.Store { return &flow.MemStore{} },
+	"sqlite": func(t testing.TB) flow.Store {
+		s, err := sqlite.Open(filepath.Join(t.TempDir(), "superego.db"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { s.Close() })
+		return s
+	},
+}
+
 // newServer serves the test flows with models from resolve.
-func newServer(t testing.TB, resolve func(string) (agents.Model, error), maxRuns int) *fixture {
+func newServer(t testing.TB, store flow.Store, resolve func(string) (agents.Model, error), maxRuns int) *fixture {
 	t.Helper()
 	set := tools.Set{"calculator": tools.Calculator()}
 	flows := map[string]*flow.Flow{}
@@ -132,7 +150,7 @@ func newServer(t testing.TB, resolve func(string) (agents.Model, error), maxRuns
 	logs := &syncBuffer{}
 	log := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	engine := &flow.Engine{Flows: flows, Exec: &flow.Executor{Agent: &agents.Agent{Model: resolve, Tools: set, Timeout: 2 * time.Second}},
-		Store: &flow.MemStore{}, MaxRuns: maxRuns, Log: log}
+		Store: store, MaxRuns: maxRuns, Log: log}
 	s := &api.Server{Engine: engine, Model: "openai:gpt-test", AdminToken: "admin-secret", Log: log,
 		Refused: []flow.Refused{{ID: "broken", Errors: []string{`graph.start: unknown node "x"`}}}}
 	srv := httptest.NewServer(s.Handler())
@@ -299,7 +317,12 @@ func TestPartialOutputsAddUpToTheResponse(t *testing.T) {
 }
 
 func TestNoOutputPathLeaksHiddenFields(t *testing.T) {
-	f := newFixture(t, nil, 0)
+	for name, open := range stores {
+		t.Run(name, func(t *testing.T) { testNoLeaks(t, newFixtureOn(t, open(t), nil, 0)) })
+	}
+}
+
+func testNoLeaks(t *testing.T, f *fixture) {
 	var seen strings.Builder
 	check := func(where string, resp *http.Response) string {
 		b := body(t, resp)
@@ -400,8 +423,18 @@ func TestClarificationContinuesTheInstance(t *testing.T) {
 }
 
 func TestClientDisconnectDoesNotStopTheRun(t *testing.T) {
-	gate := make(chan struct{})
-	f := newFixture(t, gate, 0)
+	for name, open := range stores {
+		t.Run(name, func(t *testing.T) {
+			gate := make(chan struct{})
+			testDisconnect(t, newFixtureOn(t, open(t), gate, 0), gate)
+		})
+	}
+}
+
+// testDisconnect: a client hangs up after the first event; the run goes on;
+// a second client resumes with Last-Event-ID and gets every later event
+// exactly once, ending with done.
+func testDisconnect(t *testing.T, f *fixture, gate chan struct{}) {
 	ctx, cancel := context.WithCancel(context.Background())
 	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, f.url+"/flow/execute", strings.NewReader(`{"flow_id": "calc", "input": "slow 6*7"}`))
 	req.Header.Set("Content-Type", "application/json")
@@ -409,43 +442,59 @@ func TestClientDisconnectDoesNotStopTheRun(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Read up to the calculator's node_start, then hang up.
 	br := bufio.NewReader(resp.Body)
 	var id, lastID string
-	for {
+	for id == "" {
 		line, err := br.ReadString('\n')
 		if err != nil {
 			t.Fatal(err)
 		}
-		if m := uuidRe.FindString(line); m != "" && id == "" {
-			id = m
-		}
 		if strings.HasPrefix(line, "id: ") {
 			lastID = strings.TrimSpace(line[4:])
 		}
-		if strings.Contains(line, `"node":"calculator"`) {
-			break
-		}
+		id = uuidRe.FindString(line)
 	}
 	cancel()
 	resp.Body.Close()
-	close(gate) // the model answers only after the client is gone
-
-	// A second client picks up after the last event it saw.
-	events := readSSE(t, f.do(t, "GET", "/flow/instances/"+id+"/stream", "", "Last-Event-ID", lastID).Body)
-	if len(events) == 0 || events[len(events)-1].Name != "done" || !strings.Contains(events[len(events)-1].Data, `"status":"completed"`) {
-		t.Fatalf("resumed stream: %+v", events)
+	if lastID != "1" {
+		t.Fatalf("first event has id %s", lastID)
 	}
-	seen := map[string]bool{}
-	for _, e := range events {
-		n, _ := strconv.Atoi(e.ID)
-		if last, _ := strconv.Atoi(lastID); seen[e.ID] || n <= last {
-			t.Errorf("event %s delivered again after Last-Event-ID %s", e.ID, lastID)
+	close(gate) // the calculator answers only after the client is gone
+
+	// Two clients pick up after the first event and watch the same run.
+	var wg sync.WaitGroup
+	got := make([][]sseEvent, 2)
+	for i := range got {
+		wg.Go(func() {
+			got[i] = readSSE(t, f.do(t, "GET", "/flow/instances/"+id+"/stream", "", "Last-Event-ID", lastID).Body)
+		})
+	}
+	wg.Wait()
+	for i, events := range got {
+		if len(events) == 0 || events[len(events)-1].Name != "done" || !strings.Contains(events[len(events)-1].Data, `"status":"completed"`) {
+			t.Fatalf("client %d: resumed stream %+v", i, events)
 		}
-		seen[e.ID] = true
+		seen := map[string]bool{}
+		var steps []string
+		for _, e := range events {
+			n, _ := strconv.Atoi(e.ID)
+			if seen[e.ID] || n <= 1 {
+				t.Errorf("client %d: event %s delivered again after Last-Event-ID 1", i, e.ID)
+			}
+			seen[e.ID] = true
+			if e.Name == "complete_step" {
+				var s flow.Step
+				json.Unmarshal([]byte(e.Data), &s)
+				steps = append(steps, s.StepID)
+			}
+		}
+		if strings.Join(steps, " ") != "1 2 3 4 5" {
+			t.Errorf("client %d: steps %v", i, steps)
+		}
 	}
 	// Nothing after done: 204, which tells EventSource to stop.
-	resp = f.do(t, "GET", "/flow/instances/"+id+"/stream", "", "Last-Event-ID", events[len(events)-1].ID)
+	last := got[0][len(got[0])-1].ID
+	resp = f.do(t, "GET", "/flow/instances/"+id+"/stream", "", "Last-Event-ID", last)
 	if resp.StatusCode != http.StatusNoContent {
 		t.Errorf("stream after done: %d", resp.StatusCode)
 	}

@@ -9,6 +9,7 @@ import (
 
 	"superego/agents"
 	"superego/agents/agentstest"
+	"superego/flow"
 )
 
 // BenchmarkExecuteSSE is POST /flow/execute and its whole event stream over
@@ -25,7 +26,7 @@ func BenchmarkExecuteJSON(b *testing.B) {
 
 func benchExecute(b *testing.B, accept string) {
 	model := agents.Model{LLM: agentstest.Func(script(nil)), Name: "func"}
-	f := newServer(b, func(string) (agents.Model, error) { return model, nil }, 0)
+	f := newServer(b, &flow.MemStore{}, func(string) (agents.Model, error) { return model, nil }, 0)
 	f.engine.Log = slog.New(slog.DiscardHandler)
 	client := f.srv.Client()
 	b.ReportAllocs()

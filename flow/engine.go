@@ -34,9 +34,25 @@ type Engine struct {
 type liveRun struct {
 	ctx    context.Context // the run's own: it outlives the request that started it
 	cancel context.CancelCauseFunc
-	mu     sync.Mutex // orders seq, Append and fan-out, so a subscriber sees no gap
-	seq    int64
-	subs   map[*Subscription]struct{}
+
+	mu      sync.Mutex // orders numbering, delivery and subscribing
+	seq     int64
+	subs    map[*Subscription]struct{}
+	pending []*pendingEvent // published, not yet delivered: in order
+	err     error           // the first write that failed; the run fails at its next event
+	drained sync.Cond       // pending became empty
+}
+
+// pendingEvent waits until it, and every event before it, is durable.
+type pendingEvent struct {
+	ev    Event
+	ready bool
+}
+
+func newLiveRun() *liveRun {
+	run := &liveRun{subs: map[*Subscription]struct{}{}}
+	run.drained.L = &run.mu
+	return run
 }
 
 // Subscription receives an instance's events: Backlog first, then C until
@@ -46,6 +62,7 @@ type Subscription struct {
 	C       <-chan Event
 	c       chan Event
 	run     *liveRun
+	after   int64 // live events up to this id came in the backlog
 }
 
 // subBuffer is how many events a subscriber may lag behind before it is
@@ -69,25 +86,25 @@ func (e *Engine) Start(ctx context.Context, flowID, instanceID, input string) (*
 	} else if inst.FlowID != flowID {
 		return nil, fmt.Errorf("instance %s runs flow %q, not %q: %w", instanceID, inst.FlowID, flowID, ErrInvalid)
 	}
-	run := &liveRun{subs: map[*Subscription]struct{}{}}
+	run := newLiveRun()
 	if err := e.reserve(instanceID, run); err != nil {
 		return nil, err
 	}
-	var err error
+	var st State
 	if isNew {
-		err = e.Store.Create(ctx, Instance{ID: instanceID, FlowID: flowID, CreatedAt: time.Now().UTC()})
+		// Queued ahead of the run's events: they wait for it, and a
+		// failure fails the run at its next event.
+		e.Store.Create(Instance{ID: instanceID, FlowID: flowID, CreatedAt: time.Now().UTC()}, run.failed)
+	} else {
+		events, err := e.Store.Events(ctx, instanceID, 0)
+		if err != nil {
+			e.release(instanceID)
+			e.wg.Done()
+			return nil, fmt.Errorf("start run on instance %s: %w", instanceID, err)
+		}
+		st = Replay(events)
 	}
-	var events []Event
-	if err == nil {
-		events, err = e.Store.Events(ctx, instanceID, 0)
-	}
-	if err != nil {
-		e.release(instanceID)
-		e.wg.Done()
-		return nil, fmt.Errorf("start run on instance %s: %w", instanceID, err)
-	}
-	st := Replay(events)
-	sub := run.subscribe(nil)
+	sub := run.subscribe(nil, 0)
 	e.launch(run, st.LastID, Turn{FlowID: flowID, Def: f.Def, InstanceID: instanceID, RunID: NewID(), Steps: st.Steps, Input: input})
 	return sub, nil
 }
@@ -106,13 +123,19 @@ func (e *Engine) launch(run *liveRun, lastID int64, turn Turn) {
 			e.logger().Warn("run failed", "instance", turn.InstanceID, "flow", turn.FlowID, "code", ErrorCode(out.Err), "err", out.Err)
 		}
 		run.cancel(nil)
-		e.release(turn.InstanceID)
 		run.mu.Lock()
+		for len(run.pending) > 0 {
+			run.drained.Wait() // the log is whole before the instance is free again
+		}
+		if run.err != nil {
+			e.logger().Error("run's events not all recorded", "instance", turn.InstanceID, "err", run.err)
+		}
 		for s := range run.subs {
 			close(s.c)
 		}
 		run.subs = nil
 		run.mu.Unlock()
+		e.release(turn.InstanceID)
 	}()
 }
 
@@ -139,14 +162,14 @@ func (e *Engine) Recover(ctx context.Context) (int, error) {
 				{Name: EventDone, Data: Done{inst.ID, StatusFailed, ""}},
 			} {
 				ev.ID, ev.Time = st.LastID+int64(i)+1, time.Now().UTC()
-				if err := e.Store.Append(ctx, inst.ID, ev); err != nil {
+				if err := Wait(func(done func(error)) { e.Store.Append(inst.ID, ev, done) }); err != nil {
 					return resumed, fmt.Errorf("recover %s: %w", inst.ID, err)
 				}
 			}
 			e.logger().Warn("interrupted run failed", "instance", inst.ID, "reason", reason)
 			continue
 		}
-		run := &liveRun{subs: map[*Subscription]struct{}{}}
+		run := newLiveRun()
 		if err := e.reserve(inst.ID, run); err != nil {
 			return resumed, fmt.Errorf("recover %s: %w", inst.ID, err)
 		}
@@ -187,32 +210,79 @@ func (e *Engine) release(id string) {
 	e.mu.Unlock()
 }
 
-// publish numbers an event, stores it unless it is a partial output, and
-// hands it to every subscriber, dropping those that lag too far behind.
+// publish numbers an event and queues it for the store (a partial output is
+// not stored). Events reach subscribers in order, each once it and all
+// before it are durable. publish reports the first write that failed.
 func (e *Engine) publish(id string, run *liveRun, ev Event) error {
 	run.mu.Lock()
-	defer run.mu.Unlock()
 	run.seq++
 	ev.ID, ev.Time = run.seq, time.Now().UTC()
-	if ev.Name != EventPartial {
-		if err := e.Store.Append(context.Background(), id, ev); err != nil {
-			return fmt.Errorf("record event: %w", err)
-		}
+	p := &pendingEvent{ev: ev, ready: ev.Name == EventPartial}
+	run.pending = append(run.pending, p)
+	err := run.err
+	if p.ready {
+		run.deliver()
 	}
-	for s := range run.subs {
-		select {
-		case s.c <- ev:
-		default:
-			close(s.c)
-			delete(run.subs, s)
-		}
+	run.mu.Unlock()
+	if !p.ready {
+		// Not under run.mu: a store may call done before it returns.
+		e.Store.Append(id, ev, func(err error) {
+			run.mu.Lock()
+			defer run.mu.Unlock()
+			p.ready = true
+			if err != nil && run.err == nil {
+				run.err = fmt.Errorf("record event %d: %w", ev.ID, err)
+			}
+			run.deliver()
+		})
 	}
-	return nil
+	return err
 }
 
-func (run *liveRun) subscribe(backlog []Event) *Subscription {
+// failed records a write that failed; the run fails at its next event.
+func (run *liveRun) failed(err error) {
+	if err == nil {
+		return
+	}
+	run.mu.Lock()
+	defer run.mu.Unlock()
+	if run.err == nil {
+		run.err = err
+	}
+}
+
+// deliver hands the ready prefix of pending to the subscribers, dropping
+// any that lag too far behind. run.mu is held.
+func (run *liveRun) deliver() {
+	n := 0
+	for ; n < len(run.pending) && run.pending[n].ready; n++ {
+		ev := run.pending[n].ev
+		for s := range run.subs {
+			if ev.ID <= s.after {
+				continue
+			}
+			select {
+			case s.c <- ev:
+			default:
+				close(s.c)
+				delete(run.subs, s)
+			}
+		}
+	}
+	if n > 0 {
+		run.pending = append(run.pending[:0], run.pending[n:]...)
+	}
+	if len(run.pending) == 0 {
+		run.drained.Broadcast()
+	}
+}
+
+func (run *liveRun) subscribe(backlog []Event, after int64) *Subscription {
+	if n := len(backlog); n > 0 {
+		after = backlog[n-1].ID
+	}
 	c := make(chan Event, subBuffer)
-	s := &Subscription{Backlog: backlog, C: c, c: c, run: run}
+	s := &Subscription{Backlog: backlog, C: c, c: c, run: run, after: after}
 	run.subs[s] = struct{}{}
 	return s
 }
@@ -234,7 +304,7 @@ func (e *Engine) Subscribe(ctx context.Context, id string, after int64) (*Subscr
 			if err != nil {
 				return nil, err
 			}
-			return run.subscribe(backlog), nil
+			return run.subscribe(backlog, after), nil
 		}
 	}
 	backlog, err := e.Store.Events(ctx, id, after)
@@ -311,7 +381,7 @@ func (e *Engine) Create(ctx context.Context, flowID string) (Instance, error) {
 		return Instance{}, fmt.Errorf("flow %q: %w", flowID, ErrNotFound)
 	}
 	inst := Instance{ID: NewID(), FlowID: flowID, CreatedAt: time.Now().UTC()}
-	if err := e.Store.Create(ctx, inst); err != nil {
+	if err := Wait(func(done func(error)) { e.Store.Create(inst, done) }); err != nil {
 		return Instance{}, fmt.Errorf("create instance: %w", err)
 	}
 	return inst, nil

@@ -275,8 +275,9 @@ func TestCancelAndCloseEndRuns(t *testing.T) {
 func TestRecoverFailsARunWhoseFlowIsGone(t *testing.T) {
 	ctx := context.Background()
 	store := &flow.MemStore{}
-	store.Create(ctx, flow.Instance{ID: "x", FlowID: "vanished"})
-	store.Append(ctx, "x", flow.Event{ID: 1, Name: flow.EventRunStart, Data: flow.RunStart{InstanceID: "x"}})
+	ignore := func(error) {}
+	store.Create(flow.Instance{ID: "x", FlowID: "vanished"}, ignore)
+	store.Append("x", flow.Event{ID: 1, Name: flow.EventRunStart, Data: flow.RunStart{InstanceID: "x"}}, ignore)
 	e := newEngine(t, newGated(), 0)
 	e.Store = store
 	if n, err := e.Recover(ctx); n != 0 || err != nil {

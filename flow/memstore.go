@@ -21,7 +21,12 @@ type memInstance struct {
 
 var _ Store = (*MemStore)(nil)
 
-func (m *MemStore) Create(_ context.Context, inst Instance) error {
+// Create is done at once.
+func (m *MemStore) Create(inst Instance, done func(error)) {
+	done(m.create(inst))
+}
+
+func (m *MemStore) create(inst Instance) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.inst == nil {
@@ -68,7 +73,12 @@ func (m *MemStore) List(_ context.Context, opt ListOptions) ([]Summary, error) {
 	return out, nil
 }
 
-func (m *MemStore) Append(_ context.Context, id string, e Event) error {
+// Append is done at once.
+func (m *MemStore) Append(id string, e Event, done func(error)) {
+	done(m.append(id, e))
+}
+
+func (m *MemStore) append(id string, e Event) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	mi := m.inst[id]

@@ -35,12 +35,25 @@ type ListOptions struct {
 // Store keeps instances and their event logs. Events are appended, never
 // changed; everything else about an instance is derived from them.
 // Partial outputs are never stored.
+//
+// Writes are queued: Create and Append return at once, and call done when
+// the write is durable, or has failed, in the order they were queued. A run
+// goes on while its events are being written, and a client is shown an
+// event only once it is durable, so a store can commit many events at once
+// without a client ever seeing one it could lose.
 type Store interface {
-	Create(ctx context.Context, inst Instance) error
+	Create(inst Instance, done func(error))
+	Append(id string, e Event, done func(error))
 	Get(ctx context.Context, id string) (Instance, error)
 	List(ctx context.Context, opt ListOptions) ([]Summary, error)
-	Append(ctx context.Context, id string, e Event) error
 	Events(ctx context.Context, id string, after int64) ([]Event, error)
+}
+
+// Wait queues a write and waits until it is durable.
+func Wait(write func(done func(error))) error {
+	errc := make(chan error, 1)
+	write(func(err error) { errc <- err })
+	return <-errc
 }
 
 // State is what an instance's log says about it.

@@ -1,15 +1,18 @@
 // Package sqlite stores flow instances in SQLite, through the pure-Go
 // modernc.org/sqlite driver, so the binary needs no C toolchain.
 //
-// The schema is the log: one row an instance, one row an event, appended
-// and never updated. A step's hidden fields live in their own column, apart
-// from the JSON a client may see. Everything else about an instance (its
-// status, its steps, when it last changed) is derived from its events.
+// The schema is the log: one row an instance, and its events in rows that
+// are appended and never updated. A row is a segment of an instance's log:
+// the consecutive events one commit wrote for it, as a JSON array of what a
+// client may see, with the steps' hidden fields in a column of their own.
+// A row also says how many steps it holds and what the instance's status
+// is after it, so that a listing need not read the events; everything else
+// about an instance is derived from its events.
 //
-// Writes go through one goroutine that commits whatever appends are waiting
-// in a single transaction: concurrent runs share a commit instead of
-// queueing for SQLite's one writer, and each Append returns only once its
-// event is durable, so no run acts on a step the store could lose.
+// Writes go through one goroutine that commits whatever writes are waiting
+// in a single transaction, then reports each done, in order: a run's events
+// and concurrent runs share commits instead of queueing one by one for
+// SQLite's one writer.
 package sqlite
 
 import (
@@ -33,16 +36,20 @@ CREATE TABLE IF NOT EXISTS instances (
 	flow_id    TEXT NOT NULL,
 	created_at TEXT NOT NULL
 );
-CREATE INDEX IF NOT EXISTS instances_by_created ON instances (created_at);
-CREATE TABLE IF NOT EXISTS events (
+CREATE TABLE IF NOT EXISTS log (
 	instance_id TEXT    NOT NULL REFERENCES instances (id),
-	seq         INTEGER NOT NULL,
-	name        TEXT    NOT NULL,
-	time        TEXT    NOT NULL,
-	data        TEXT    NOT NULL,
+	first_seq   INTEGER NOT NULL,
+	last_seq    INTEGER NOT NULL,
+	last_time   TEXT    NOT NULL,
+	steps       INTEGER NOT NULL,
+	status      TEXT,
+	events      TEXT    NOT NULL,
 	hidden      TEXT,
-	PRIMARY KEY (instance_id, seq)
-);`
+	PRIMARY KEY (instance_id, first_seq)
+);
+CREATE TRIGGER IF NOT EXISTS log_only_grows BEFORE INSERT ON log
+WHEN NEW.first_seq <= (SELECT last_seq FROM log WHERE instance_id = NEW.instance_id ORDER BY first_seq DESC LIMIT 1)
+BEGIN SELECT RAISE(ABORT, 'event ids only grow'); END;`
 
 // timeFormat is fixed-width, so times sort as text.
 const timeFormat = "2006-01-02T15:04:05.000000000Z"
@@ -51,19 +58,23 @@ const timeFormat = "2006-01-02T15:04:05.000000000Z"
 type Store struct {
 	read  *sql.DB
 	write *sql.DB // one connection: SQLite has one writer
-	queue chan appendReq
-	done  chan struct{}
-	once  sync.Once
+	queue chan queued
+
+	insertInstance, insertSegment *sql.Stmt // prepared once, on the one write connection
+	done                          chan struct{}
+	once                          sync.Once
 }
 
 var _ flow.Store = (*Store)(nil)
 
-type appendReq struct {
+// queued is one write waiting: an instance (inst set) or an event.
+type queued struct {
+	inst   *flow.Instance
 	id     string
 	e      flow.Event
 	data   []byte
 	hidden []byte // nil for events that are not steps
-	errc   chan error
+	done   func(error)
 }
 
 // maxBatch bounds one group commit.
@@ -81,23 +92,33 @@ func Open(path string) (*Store, error) {
 		write.Close()
 		return nil, fmt.Errorf("open %s: %w", path, err)
 	}
+	insertInstance, err := write.Prepare(`INSERT INTO instances (id, flow_id, created_at) VALUES (?, ?, ?)`)
+	if err != nil {
+		write.Close()
+		return nil, fmt.Errorf("open %s: %w", path, err)
+	}
+	insertSegment, err := write.Prepare(`INSERT INTO log (instance_id, first_seq, last_seq, last_time, steps, status, events, hidden) VALUES (?, ?, ?, ?, ?, ?, ?, ?)`)
+	if err != nil {
+		write.Close()
+		return nil, fmt.Errorf("open %s: %w", path, err)
+	}
 	read, err := sql.Open("sqlite", dsn+"&_pragma=query_only(1)")
 	if err != nil {
 		write.Close()
 		return nil, fmt.Errorf("open %s: %w", path, err)
 	}
-	s := &Store{read: read, write: write,
-		// A run waits for its own append, so the queue holds at most one
-		// event a run in flight; its buffer lets a commit's worth wait
-		// without blocking the runs that enqueue.
-		queue: make(chan appendReq, maxBatch),
+	s := &Store{read: read, write: write, insertInstance: insertInstance, insertSegment: insertSegment,
+		// A commit's worth of writes can wait while one commits; past
+		// that, writers block, which slows runs down to the disk's pace
+		// instead of queueing without bound.
+		queue: make(chan queued, maxBatch),
 		done:  make(chan struct{})}
 	go s.writer()
 	return s, nil
 }
 
-// Close stops the writer, once the appends already queued are committed,
-// and closes the database.
+// Close stops the writer, once the writes already queued are done, and
+// closes the database.
 func (s *Store) Close() error {
 	s.once.Do(func() { close(s.queue) })
 	<-s.done
@@ -106,58 +127,133 @@ func (s *Store) Close() error {
 
 func (s *Store) writer() {
 	defer close(s.done)
-	batch := make([]appendReq, 0, maxBatch)
+	batch := make([]queued, 0, maxBatch)
 	for first := range s.queue {
 		batch = append(batch[:0], first)
 	more:
 		for len(batch) < maxBatch {
 			select {
-			case r, ok := <-s.queue:
+			case w, ok := <-s.queue:
 				if !ok {
 					break more
 				}
-				batch = append(batch, r)
+				batch = append(batch, w)
 			default:
 				break more
 			}
 		}
-		err := s.commit(batch)
-		for _, r := range batch {
-			r.errc <- err
+		errs := s.commit(batch)
+		for i, w := range batch {
+			w.done(errs[i])
 		}
 	}
 }
 
-func (s *Store) commit(batch []appendReq) error {
+// commit writes a batch in one transaction. If any write fails, the batch
+// is rolled back and its writes are committed one by one, so that one bad
+// write fails alone.
+func (s *Store) commit(batch []queued) []error {
+	errs := make([]error, len(batch))
+	if err := s.commitTx(batch); err == nil || len(batch) == 1 {
+		for i := range errs {
+			errs[i] = err
+		}
+		return errs
+	}
+	for i := range batch {
+		errs[i] = s.commitTx(batch[i : i+1])
+	}
+	return errs
+}
+
+func (s *Store) commitTx(batch []queued) error {
 	tx, err := s.write.Begin()
 	if err != nil {
 		return err
 	}
 	defer tx.Rollback()
-	stmt, err := tx.Prepare(`INSERT INTO events (instance_id, seq, name, time, data, hidden) VALUES (?, ?, ?, ?, ?, ?)`)
-	if err != nil {
-		return err
-	}
-	defer stmt.Close()
-	for _, r := range batch {
-		var hidden any
-		if r.hidden != nil {
-			hidden = string(r.hidden)
+	// An instance is queued before its events, so creating first is safe.
+	var segs []*segment
+	byInstance := map[string]*segment{}
+	for _, w := range batch {
+		if w.inst != nil {
+			if _, err := tx.Stmt(s.insertInstance).Exec(w.inst.ID, w.inst.FlowID, w.inst.CreatedAt.UTC().Format(timeFormat)); err != nil {
+				return err
+			}
+			continue
 		}
-		if _, err := stmt.Exec(r.id, r.e.ID, r.e.Name, r.e.Time.UTC().Format(timeFormat), string(r.data), hidden); err != nil {
-			return fmt.Errorf("event %d of instance %s: %w", r.e.ID, r.id, err)
+		seg := byInstance[w.id]
+		if seg == nil {
+			seg = &segment{id: w.id, first: w.e.ID}
+			byInstance[w.id] = seg
+			segs = append(segs, seg)
+		}
+		seg.add(w)
+	}
+	for _, seg := range segs {
+		var hidden any
+		if seg.hidden.Len() > 0 {
+			hidden = "{" + seg.hidden.String() + "}"
+		}
+		if _, err := tx.Stmt(s.insertSegment).Exec(seg.id, seg.first, seg.last, seg.lastTime, seg.steps, seg.status, "["+seg.events.String()+"]", hidden); err != nil {
+			return err
 		}
 	}
 	return tx.Commit()
 }
 
-func (s *Store) Create(ctx context.Context, inst flow.Instance) error {
-	_, err := s.write.ExecContext(ctx, `INSERT INTO instances (id, flow_id, created_at) VALUES (?, ?, ?)`,
-		inst.ID, inst.FlowID, inst.CreatedAt.UTC().Format(timeFormat))
-	if err != nil {
-		return fmt.Errorf("create instance %s: %w", inst.ID, err)
+// segment is the events one commit writes for one instance.
+type segment struct {
+	id             string
+	first, last    int64
+	lastTime       string
+	steps          int
+	status         any // the status after the segment, if it holds a run_start or done
+	events, hidden strings.Builder
+}
+
+func (seg *segment) add(w queued) {
+	seg.last, seg.lastTime = w.e.ID, w.e.Time.UTC().Format(timeFormat)
+	if seg.events.Len() > 0 {
+		seg.events.WriteByte(',')
 	}
-	return nil
+	fmt.Fprintf(&seg.events, `{"id":%d,"name":%q,"time":%q,"data":%s}`, w.e.ID, w.e.Name, seg.lastTime, w.data)
+	switch d := w.e.Data.(type) {
+	case flow.Step:
+		seg.steps++
+		if seg.hidden.Len() > 0 {
+			seg.hidden.WriteByte(',')
+		}
+		fmt.Fprintf(&seg.hidden, `"%d":%s`, w.e.ID, w.hidden)
+	case flow.RunStart:
+		seg.status = flow.StatusRunning
+	case flow.Done:
+		seg.status = d.Status
+	}
+}
+
+// Create queues a new instance.
+func (s *Store) Create(inst flow.Instance, done func(error)) {
+	s.queue <- queued{inst: &inst, done: func(err error) {
+		if err != nil {
+			err = fmt.Errorf("create instance %s: %w", inst.ID, err)
+		}
+		done(err)
+	}}
+}
+
+// Append queues an event.
+func (s *Store) Append(id string, e flow.Event, done func(error)) {
+	w := queued{id: id, e: e, done: done}
+	var err error
+	if w.data, err = json.Marshal(e.Data); err != nil {
+		done(fmt.Errorf("encode %s event: %w", e.Name, err))
+		return
+	}
+	if step, ok := e.Data.(flow.Step); ok {
+		w.hidden, _ = json.Marshal(flow.HiddenOf(step)) // two strings: cannot fail
+	}
+	s.queue <- w
 }
 
 func (s *Store) Get(ctx context.Context, id string) (flow.Instance, error) {
@@ -174,74 +270,68 @@ func (s *Store) Get(ctx context.Context, id string) (flow.Instance, error) {
 	return inst, err
 }
 
-// Append records an event and returns once it is committed.
-func (s *Store) Append(ctx context.Context, id string, e flow.Event) error {
-	data, err := json.Marshal(e.Data)
-	if err != nil {
-		return fmt.Errorf("encode %s event: %w", e.Name, err)
-	}
-	r := appendReq{id: id, e: e, data: data, errc: make(chan error, 1)}
-	if step, ok := e.Data.(flow.Step); ok {
-		if r.hidden, err = json.Marshal(flow.HiddenOf(step)); err != nil {
-			return err
-		}
-	}
-	select {
-	case s.queue <- r:
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-	return <-r.errc // waits even if ctx ends: the row may be committing
-}
-
 func (s *Store) Events(ctx context.Context, id string, after int64) ([]flow.Event, error) {
 	if _, err := s.Get(ctx, id); err != nil {
 		return nil, err
 	}
-	rows, err := s.read.QueryContext(ctx, `SELECT seq, name, time, data, hidden FROM events WHERE instance_id = ? AND seq > ? ORDER BY seq`, id, after)
+	rows, err := s.read.QueryContext(ctx, `SELECT events, hidden FROM log WHERE instance_id = ? AND last_seq > ? ORDER BY first_seq`, id, after)
 	if err != nil {
 		return nil, fmt.Errorf("events of %s: %w", id, err)
 	}
 	defer rows.Close()
 	var out []flow.Event
 	for rows.Next() {
-		var e flow.Event
-		var at, data string
+		var events string
 		var hidden sql.NullString
-		if err := rows.Scan(&e.ID, &e.Name, &at, &data, &hidden); err != nil {
+		if err := rows.Scan(&events, &hidden); err != nil {
 			return nil, err
 		}
-		if e.Time, err = time.Parse(timeFormat, at); err != nil {
-			return nil, err
+		var seg []struct {
+			ID   int64           `json:"id"`
+			Name string          `json:"name"`
+			Time string          `json:"time"`
+			Data json.RawMessage `json:"data"`
 		}
-		var h flow.Hidden
+		h := map[string]flow.Hidden{}
+		if err := json.Unmarshal([]byte(events), &seg); err != nil {
+			return nil, fmt.Errorf("events of %s: %w", id, err)
+		}
 		if hidden.Valid {
 			if err := json.Unmarshal([]byte(hidden.String), &h); err != nil {
-				return nil, fmt.Errorf("event %d of %s: %w", e.ID, id, err)
+				return nil, fmt.Errorf("events of %s: %w", id, err)
 			}
 		}
-		if e.Data, err = flow.DecodeEvent(e.Name, []byte(data), h); err != nil {
-			return nil, fmt.Errorf("event %d of %s: %w", e.ID, id, err)
+		for _, raw := range seg {
+			if raw.ID <= after {
+				continue
+			}
+			e := flow.Event{ID: raw.ID, Name: raw.Name}
+			if e.Time, err = time.Parse(timeFormat, raw.Time); err != nil {
+				return nil, err
+			}
+			if e.Data, err = flow.DecodeEvent(raw.Name, raw.Data, h[fmt.Sprint(raw.ID)]); err != nil {
+				return nil, fmt.Errorf("event %d of %s: %w", raw.ID, id, err)
+			}
+			out = append(out, e)
 		}
-		out = append(out, e)
 	}
 	return out, rows.Err()
 }
 
-// List derives each instance's summary in one query: its step count, its
-// last event's time, and the last of its run_start and done events.
+// List derives each instance's summary in one query from its segments:
+// their step counts, their last event's time, the last status they mark.
 func (s *Store) List(ctx context.Context, opt flow.ListOptions) ([]flow.Summary, error) {
 	q := `SELECT i.id, i.flow_id, i.created_at,
-		(SELECT COUNT(*) FROM events e WHERE e.instance_id = i.id AND e.name = 'complete_step'),
-		(SELECT MAX(e.time) FROM events e WHERE e.instance_id = i.id),
-		(SELECT e.name || char(10) || e.data FROM events e WHERE e.instance_id = i.id AND e.name IN ('run_start', 'done') ORDER BY e.seq DESC LIMIT 1)
+		(SELECT COALESCE(SUM(l.steps), 0) FROM log l WHERE l.instance_id = i.id),
+		(SELECT MAX(l.last_time) FROM log l WHERE l.instance_id = i.id),
+		(SELECT l.status FROM log l WHERE l.instance_id = i.id AND l.status IS NOT NULL ORDER BY l.first_seq DESC LIMIT 1)
 		FROM instances i`
 	var args []any
 	if opt.FlowID != "" {
 		q += ` WHERE i.flow_id = ?`
 		args = append(args, opt.FlowID)
 	}
-	q += ` ORDER BY i.created_at DESC, i.id DESC`
+	q += ` ORDER BY i.rowid DESC` // the order instances were created in`
 	if opt.Limit > 0 && opt.Status == "" {
 		q += ` LIMIT ?`
 		args = append(args, opt.Limit)
@@ -255,8 +345,8 @@ func (s *Store) List(ctx context.Context, opt flow.ListOptions) ([]flow.Summary,
 	for rows.Next() {
 		var sum flow.Summary
 		var created string
-		var updated, last sql.NullString
-		if err := rows.Scan(&sum.ID, &sum.FlowID, &created, &sum.Steps, &updated, &last); err != nil {
+		var updated, status sql.NullString
+		if err := rows.Scan(&sum.ID, &sum.FlowID, &created, &sum.Steps, &updated, &status); err != nil {
 			return nil, err
 		}
 		if sum.CreatedAt, err = time.Parse(timeFormat, created); err != nil {
@@ -268,7 +358,10 @@ func (s *Store) List(ctx context.Context, opt flow.ListOptions) ([]flow.Summary,
 				return nil, err
 			}
 		}
-		sum.Status = statusOf(last)
+		sum.Status = flow.StatusNew
+		if status.Valid {
+			sum.Status = status.String
+		}
 		if opt.Status != "" && sum.Status != opt.Status {
 			continue
 		}
@@ -277,19 +370,4 @@ func (s *Store) List(ctx context.Context, opt flow.ListOptions) ([]flow.Summary,
 		}
 	}
 	return out, rows.Err()
-}
-
-// statusOf reads the status from the last run_start or done event, given as
-// "name\ndata": a done says how the run ended; a run_start, that one is in
-// progress.
-func statusOf(last sql.NullString) string {
-	if !last.Valid {
-		return flow.StatusNew
-	}
-	name, data, _ := strings.Cut(last.String, "\n")
-	var d flow.Done
-	if name == flow.EventDone && json.Unmarshal([]byte(data), &d) == nil {
-		return d.Status
-	}
-	return flow.StatusRunning
 }

@@ -248,8 +248,10 @@ func TestKillNineMidRunThenResume(t *testing.T) {
 	second := startServer(t, dir, model)
 	events := history(t, second.addr, id)
 	checkCompletedOnce(t, events)
-	if n := len(model.Requests()); n != 5 {
-		t.Errorf("%d model calls: want 4, plus the calculator's answer asked again after the crash", n)
+	// Work not yet durable at the crash, never shown to a client, is done
+	// again: at least the calculator's answer is asked for twice.
+	if n := len(model.Requests()); n < 5 {
+		t.Errorf("%d model calls: want the 4 of the run, plus what the crash undid", n)
 	}
 	if !strings.Contains(second.logs.String(), "resuming interrupted run") {
 		t.Errorf("second server's log:\n%s", second.logs)

@@ -15,6 +15,14 @@ import (
 	"superego/flow"
 )
 
+func create(s flow.Store, inst flow.Instance) error {
+	return flow.Wait(func(done func(error)) { s.Create(inst, done) })
+}
+
+func appendSync(s flow.Store, id string, e flow.Event) error {
+	return flow.Wait(func(done func(error)) { s.Append(id, e, done) })
+}
+
 // Run runs the contract's tests on stores made by open, one a test.
 func Run(t *testing.T, open func(t *testing.T) flow.Store) {
 	ctx := context.Background()
@@ -36,10 +44,10 @@ func Run(t *testing.T, open func(t *testing.T) flow.Store) {
 
 	t.Run("instances", func(t *testing.T) {
 		s := open(t)
-		if err := s.Create(ctx, flow.Instance{ID: "i1", FlowID: "f", CreatedAt: t0}); err != nil {
+		if err := create(s, flow.Instance{ID: "i1", FlowID: "f", CreatedAt: t0}); err != nil {
 			t.Fatal(err)
 		}
-		if err := s.Create(ctx, flow.Instance{ID: "i1", FlowID: "f", CreatedAt: t0}); err == nil {
+		if err := create(s, flow.Instance{ID: "i1", FlowID: "f", CreatedAt: t0}); err == nil {
 			t.Error("created the same instance twice")
 		}
 		got, err := s.Get(ctx, "i1")
@@ -52,20 +60,20 @@ func Run(t *testing.T, open func(t *testing.T) flow.Store) {
 		if _, err := s.Events(ctx, "nope", 0); !errors.Is(err, flow.ErrNotFound) {
 			t.Errorf("events of missing: %v", err)
 		}
-		if err := s.Append(ctx, "nope", run[0]); err == nil {
+		if err := appendSync(s, "nope", run[0]); err == nil {
 			t.Error("appended to a missing instance")
 		}
 	})
 
 	t.Run("events round-trip, hidden fields kept", func(t *testing.T) {
 		s := open(t)
-		s.Create(ctx, flow.Instance{ID: "i1", FlowID: "f", CreatedAt: t0})
+		create(s, flow.Instance{ID: "i1", FlowID: "f", CreatedAt: t0})
 		for _, e := range run {
-			if err := s.Append(ctx, "i1", e); err != nil {
+			if err := appendSync(s, "i1", e); err != nil {
 				t.Fatal(err)
 			}
 		}
-		if err := s.Append(ctx, "i1", run[3]); err == nil {
+		if err := appendSync(s, "i1", run[3]); err == nil {
 			t.Error("appended event 4 twice")
 		}
 		got, err := s.Events(ctx, "i1", 0)
@@ -86,12 +94,12 @@ func Run(t *testing.T, open func(t *testing.T) flow.Store) {
 	t.Run("listing derives state", func(t *testing.T) {
 		s := open(t)
 		for i, id := range []string{"old", "mid", "new"} {
-			s.Create(ctx, flow.Instance{ID: id, FlowID: map[bool]string{true: "g", false: "f"}[id == "mid"], CreatedAt: t0.Add(time.Duration(i) * time.Hour)})
+			create(s, flow.Instance{ID: id, FlowID: map[bool]string{true: "g", false: "f"}[id == "mid"], CreatedAt: t0.Add(time.Duration(i) * time.Hour)})
 		}
 		for _, e := range run {
-			s.Append(ctx, "old", e)
+			appendSync(s, "old", e)
 		}
-		s.Append(ctx, "mid", run[0])
+		appendSync(s, "mid", run[0])
 		list, err := s.List(ctx, flow.ListOptions{})
 		if err != nil || len(list) != 3 {
 			t.Fatalf("list: %+v %v", list, err)
@@ -123,15 +131,50 @@ func Run(t *testing.T, open func(t *testing.T) flow.Store) {
 		}
 	})
 
+	t.Run("queued writes are done in order", func(t *testing.T) {
+		s := open(t)
+		var mu sync.Mutex
+		var order []int64
+		all := make(chan struct{})
+		s.Create(flow.Instance{ID: "q", FlowID: "f", CreatedAt: t0}, func(err error) {
+			if err != nil {
+				t.Error(err)
+			}
+		})
+		const n = 300
+		for i := int64(1); i <= n; i++ {
+			s.Append("q", flow.Event{ID: i, Name: flow.EventNodeStart, Time: t0, Data: flow.NodeStart{Node: "a"}}, func(err error) {
+				mu.Lock()
+				defer mu.Unlock()
+				if err != nil {
+					t.Error(err)
+				}
+				if order = append(order, i); len(order) == n {
+					close(all)
+				}
+			})
+		}
+		<-all
+		for i, id := range order {
+			if id != int64(i+1) {
+				t.Fatalf("done called for event %d in place %d", id, i+1)
+			}
+		}
+		// Done means durable: the events are there to read.
+		if ev, err := s.Events(ctx, "q", 0); err != nil || len(ev) != n {
+			t.Errorf("%d events readable after done, %v", len(ev), err)
+		}
+	})
+
 	t.Run("concurrent appends", func(t *testing.T) {
 		s := open(t)
 		var wg sync.WaitGroup
 		for i := range 20 {
 			id := fmt.Sprint("c", i)
-			s.Create(ctx, flow.Instance{ID: id, FlowID: "f", CreatedAt: t0})
+			create(s, flow.Instance{ID: id, FlowID: "f", CreatedAt: t0})
 			wg.Go(func() {
 				for n := int64(1); n <= 50; n++ {
-					if err := s.Append(ctx, id, flow.Event{ID: n, Name: flow.EventNodeStart, Time: t0, Data: flow.NodeStart{Node: "a"}}); err != nil {
+					if err := appendSync(s, id, flow.Event{ID: n, Name: flow.EventNodeStart, Time: t0, Data: flow.NodeStart{Node: "a"}}); err != nil {
 						t.Error(err)
 						return
 					}
