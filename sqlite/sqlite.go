@@ -59,6 +59,8 @@ type Store struct {
 	read  *sql.DB
 	write *sql.DB // one connection: SQLite has one writer
 	queue chan queued
+	mu    sync.RWMutex // held to send on queue, and to close it
+	shut  bool
 
 	insertInstance, insertSegment *sql.Stmt // prepared once, on the one write connection
 	done                          chan struct{}
@@ -120,7 +122,12 @@ func Open(path string) (*Store, error) {
 // Close stops the writer, once the writes already queued are done, and
 // closes the database.
 func (s *Store) Close() error {
-	s.once.Do(func() { close(s.queue) })
+	s.mu.Lock()
+	if !s.shut {
+		s.shut = true
+		close(s.queue)
+	}
+	s.mu.Unlock()
 	<-s.done
 	return errors.Join(s.read.Close(), s.write.Close())
 }
@@ -232,14 +239,28 @@ func (seg *segment) add(w queued) {
 	}
 }
 
+// ErrClosed is the error of a write queued after Close.
+var ErrClosed = errors.New("sqlite: store is closed")
+
+// enqueue queues a write; past Close, the write fails at once.
+func (s *Store) enqueue(w queued) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.shut {
+		w.done(ErrClosed)
+		return
+	}
+	s.queue <- w
+}
+
 // Create queues a new instance.
 func (s *Store) Create(inst flow.Instance, done func(error)) {
-	s.queue <- queued{inst: &inst, done: func(err error) {
+	s.enqueue(queued{inst: &inst, done: func(err error) {
 		if err != nil {
 			err = fmt.Errorf("create instance %s: %w", inst.ID, err)
 		}
 		done(err)
-	}}
+	}})
 }
 
 // Append queues an event.
@@ -253,7 +274,7 @@ func (s *Store) Append(id string, e flow.Event, done func(error)) {
 	if step, ok := e.Data.(flow.Step); ok {
 		w.hidden, _ = json.Marshal(flow.HiddenOf(step)) // two strings: cannot fail
 	}
-	s.queue <- w
+	s.enqueue(w)
 }
 
 func (s *Store) Get(ctx context.Context, id string) (flow.Instance, error) {

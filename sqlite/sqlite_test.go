@@ -1,6 +1,8 @@
 package sqlite_test
 
 import (
+	"context"
+	"errors"
 	"path/filepath"
 	"testing"
 
@@ -21,4 +23,48 @@ func open(t testing.TB) *sqlite.Store {
 
 func TestStore(t *testing.T) {
 	storetest.Run(t, func(t *testing.T) flow.Store { return open(t) })
+}
+
+func TestWritesAfterCloseFail(t *testing.T) {
+	s, err := sqlite.Open(filepath.Join(t.TempDir(), "superego.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	err = flow.Wait(func(done func(error)) {
+		s.Append("i", flow.Event{ID: 1, Name: flow.EventDone, Data: flow.Done{}}, done)
+	})
+	if !errors.Is(err, sqlite.ErrClosed) {
+		t.Errorf("append after close: %v", err)
+	}
+	if err := s.Close(); err == nil {
+		t.Log("second close reports the closed handles") // either way, it must not panic
+	}
+}
+
+func TestReopenKeepsTheLog(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "superego.db")
+	s, err := sqlite.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	next := "b"
+	step := flow.Step{StepID: "1", AgentID: "user", Role: flow.RoleUser, Response: "hi", NextAgent: &next, Thinking: "T", AgentGuidance: "G"}
+	flow.Wait(func(done func(error)) { s.Create(flow.Instance{ID: "i", FlowID: "f"}, done) })
+	flow.Wait(func(done func(error)) {
+		s.Append("i", flow.Event{ID: 1, Name: flow.EventCompleteStep, Data: step}, done)
+	})
+	s.Close()
+	s, err = sqlite.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	events, err := s.Events(context.Background(), "i", 0)
+	if err != nil || len(events) != 1 {
+		t.Fatalf("%d events, %v", len(events), err)
+	}
+	if got := events[0].Data.(flow.Step); got.Thinking != "T" || got.AgentGuidance != "G" || got.Response != "hi" {
+		t.Errorf("step after reopening: %+v", got)
+	}
 }
