@@ -64,7 +64,6 @@ type Store struct {
 
 	insertInstance, insertSegment *sql.Stmt // prepared once, on the one write connection
 	done                          chan struct{}
-	once                          sync.Once
 }
 
 var _ flow.Store = (*Store)(nil)
