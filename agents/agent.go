@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/tmc/langchaingo/llms"
@@ -21,6 +22,8 @@ type Agent struct {
 	Model   func(spec string) (Model, error)
 	Tools   tools.Set
 	Timeout time.Duration
+
+	prompts sync.Map // *flow.Node → its system prompt, built once
 }
 
 var _ flow.Agent = (*Agent)(nil)
@@ -57,7 +60,11 @@ func (a *Agent) Act(ctx context.Context, t *flow.Task, emit func(flow.Event)) (f
 	callCtx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	start := time.Now()
-	resp, err := m.LLM.GenerateContent(callCtx, messages(t), opts...)
+	prompt, ok := a.prompts.Load(t.Node)
+	if !ok {
+		prompt, _ = a.prompts.LoadOrStore(t.Node, systemPrompt(t))
+	}
+	resp, err := m.LLM.GenerateContent(callCtx, messages(t, prompt.(string)), opts...)
 	reply := flow.Reply{Model: m.Name, Latency: time.Since(start)}
 	switch {
 	case err != nil && ctx.Err() != nil:

@@ -27,7 +27,7 @@ const replyFormat = `Reply with one JSON object and nothing else, with these key
 
 // systemPrompt is a node's system message: its constitution or system
 // prompt, the decisions it may take, and the reply format. It holds nothing
-// of any other node.
+// of any other node, and nothing that changes from call to call.
 func systemPrompt(t *flow.Task) string {
 	var b strings.Builder
 	n := t.Node
@@ -58,8 +58,9 @@ func systemPrompt(t *flow.Task) string {
 // the visible transcript of earlier turns, the message to work on with the
 // previous agent's guidance, and this node's tool calls so far as native
 // tool messages.
-func messages(t *flow.Task) []llms.MessageContent {
-	msgs := []llms.MessageContent{llms.TextParts(llms.ChatMessageTypeSystem, systemPrompt(t))}
+func messages(t *flow.Task, system string) []llms.MessageContent {
+	msgs := make([]llms.MessageContent, 0, len(t.History)+2+2*len(t.ToolRounds))
+	msgs = append(msgs, llms.TextParts(llms.ChatMessageTypeSystem, system))
 	for _, s := range t.History {
 		switch {
 		case s.Role == flow.RoleUser:

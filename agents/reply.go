@@ -29,16 +29,46 @@ func parseReply(text string) (f fields, ok bool) {
 			break
 		}
 		rest = rest[i:]
-		var obj map[string]json.RawMessage
-		if json.NewDecoder(strings.NewReader(rest)).Decode(&obj) == nil {
-			f = fields{str(obj["thinking"]), str(obj["decision"]), str(obj["agent_guidance"]), str(obj["response"])}
-			if obj["thinking"] != nil || obj["decision"] != nil || obj["agent_guidance"] != nil || obj["response"] != nil {
-				return f, true
+		if end := objectEnd(rest); end > 0 {
+			var obj struct {
+				Thinking      json.RawMessage `json:"thinking"`
+				Decision      json.RawMessage `json:"decision"`
+				AgentGuidance json.RawMessage `json:"agent_guidance"`
+				Response      json.RawMessage `json:"response"`
+			}
+			if json.Unmarshal([]byte(rest[:end]), &obj) == nil &&
+				(obj.Thinking != nil || obj.Decision != nil || obj.AgentGuidance != nil || obj.Response != nil) {
+				return fields{str(obj.Thinking), str(obj.Decision), str(obj.AgentGuidance), str(obj.Response)}, true
 			}
 		}
 		rest = rest[1:]
 	}
 	return fields{}, false
+}
+
+// objectEnd returns the length of the JSON object s starts with, by its
+// braces outside strings, or -1 if it does not close.
+func objectEnd(s string) int {
+	depth, inString, escaped := 0, false, false
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case escaped:
+			escaped = false
+		case inString && c == '\\':
+			escaped = true
+		case c == '"':
+			inString = !inString
+		case inString:
+		case c == '{' || c == '[':
+			depth++
+		case c == '}' || c == ']':
+			if depth--; depth == 0 {
+				return i + 1
+			}
+		}
+	}
+	return -1
 }
 
 // str reads a JSON value as text: a string as itself, anything else as its
@@ -70,7 +100,7 @@ type responseStream struct {
 	capturingKey  bool
 	expectKey     bool
 	key           []byte
-	lastKey       string
+	keyIsResponse bool // the last key read was "response"
 	afterColon    bool
 
 	inResponse bool
@@ -105,7 +135,7 @@ func (r *responseStream) byte(b byte) {
 		case b == '"':
 			r.inString = false
 			if r.capturingKey {
-				r.lastKey, r.capturingKey = string(r.key), false
+				r.keyIsResponse, r.capturingKey = string(r.key) == "response", false
 			}
 			return
 		}
@@ -118,7 +148,7 @@ func (r *responseStream) byte(b byte) {
 			switch {
 			case r.depth == 1 && r.expectKey:
 				r.inString, r.capturingKey, r.key, r.expectKey = true, true, r.key[:0], false
-			case r.depth == 1 && r.afterColon && r.lastKey == "response":
+			case r.depth == 1 && r.afterColon && r.keyIsResponse:
 				r.inResponse = true
 			default:
 				r.inString = true

@@ -186,12 +186,12 @@ func (s *Server) executeGet(w http.ResponseWriter, r *http.Request) error {
 }
 
 func (s *Server) execute(w http.ResponseWriter, r *http.Request, req executeRequest) error {
+	if wantsJSON(r) {
+		return s.collect(w, r, req)
+	}
 	sub, err := s.Engine.Start(r.Context(), req.FlowID, req.InstanceID, req.Input)
 	if err != nil {
 		return err
-	}
-	if wantsJSON(r) {
-		return s.collect(w, r, sub)
 	}
 	return s.stream(w, r, sub)
 }

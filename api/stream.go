@@ -16,7 +16,7 @@ import (
 // event, the end of the subscription, or the client going away (the run goes
 // on without it).
 func (s *Server) stream(w http.ResponseWriter, r *http.Request, sub *flow.Subscription) error {
-	defer s.Engine.Unsubscribe(sub)
+	defer sub.Close()
 	sess, err := sse.Upgrade(w, r)
 	if err != nil {
 		return fmt.Errorf("stream: %w", err)
@@ -26,38 +26,28 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, sub *flow.Subscr
 	if err := sess.Flush(); err != nil { // headers leave now, before the first model call
 		return nil
 	}
-	send := func(ev flow.Event, flush bool) error {
+	for ev := range sub.Events(r.Context()) {
 		data, err := json.Marshal(ev.Data)
 		if err != nil {
 			return err
 		}
 		m := &sse.Message{ID: sse.ID(strconv.FormatInt(ev.ID, 10)), Type: sse.Type(ev.Name)}
 		m.AppendData(string(data))
-		if err := sess.Send(m); err != nil || !flush {
-			return err
+		if err := sess.Send(m); err != nil {
+			return nil
 		}
-		return sess.Flush()
-	}
-	for i, ev := range sub.Backlog {
-		if err := send(ev, i == len(sub.Backlog)-1); err != nil {
+		// Flush when nothing else is waiting: one write for a burst of
+		// deltas, and no event held back.
+		if ev.Name == flow.EventDone || !sub.Buffered() {
+			if err := sess.Flush(); err != nil {
+				return nil
+			}
+		}
+		if ev.Name == flow.EventDone {
 			return nil
 		}
 	}
-	for {
-		select {
-		case ev, ok := <-sub.C:
-			if !ok {
-				return nil
-			}
-			// Flush when nothing else is waiting: one write for a burst
-			// of deltas, and no event held back.
-			if err := send(ev, len(sub.C) == 0 || ev.Name == flow.EventDone); err != nil || ev.Name == flow.EventDone {
-				return nil
-			}
-		case <-r.Context().Done():
-			return nil
-		}
-	}
+	return nil
 }
 
 // runResult is the Accept: application/json answer of POST /flow/execute.
@@ -69,32 +59,32 @@ type runResult struct {
 	Error      *flow.ErrorData `json:"error,omitempty"`
 }
 
-// collect waits for the run to end and writes it as one JSON document.
-func (s *Server) collect(w http.ResponseWriter, r *http.Request, sub *flow.Subscription) error {
-	defer s.Engine.Unsubscribe(sub)
+// collect runs the flow on this request's goroutine, gathering its events
+// as they are delivered, and writes the run as one JSON document once it
+// ends. If the client goes away, the run goes on all the same.
+func (s *Server) collect(w http.ResponseWriter, r *http.Request, req executeRequest) error {
 	res := runResult{Steps: []flow.Step{}}
-	for {
-		select {
-		case ev, ok := <-sub.C:
-			if !ok {
-				return fmt.Errorf("run ended without done")
-			}
-			switch d := ev.Data.(type) {
-			case flow.RunStart:
-				res.InstanceID = d.InstanceID
-			case flow.Step:
-				res.Steps = append(res.Steps, d)
-			case flow.ErrorData:
-				res.Error = &d
-			case flow.Done:
-				res.Status, res.Response = d.Status, d.Response
-				writeJSON(w, http.StatusOK, res)
-				return nil
-			}
-		case <-r.Context().Done():
-			return nil
+	err := s.Engine.Run(r.Context(), req.FlowID, req.InstanceID, req.Input, func(ev flow.Event) {
+		switch d := ev.Data.(type) {
+		case flow.RunStart:
+			res.InstanceID = d.InstanceID
+		case flow.Step:
+			res.Steps = append(res.Steps, d)
+		case flow.ErrorData:
+			res.Error = &d
+		case flow.Done:
+			res.Status, res.Response = d.Status, d.Response
 		}
+	})
+	if err != nil {
+		return err
 	}
+	if res.Status == "" {
+		// Stopped by shutdown: it resumes at the next start.
+		return fmt.Errorf("run on instance %s interrupted: %w", res.InstanceID, flow.ErrClosed)
+	}
+	writeJSON(w, http.StatusOK, res)
+	return nil
 }
 
 // streamInstance serves GET /flow/instances/{id}/stream: the events after

@@ -48,7 +48,7 @@ func BenchmarkEngine(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		for ev := range sub.C {
+		for ev := range sub.Events(context.Background()) {
 			if _, err := json.Marshal(ev.Data); err != nil {
 				b.Fatal(err)
 			}

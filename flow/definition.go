@@ -57,6 +57,7 @@ type Graph struct {
 // Node is one node of a graph. A nil transition target ends the run.
 type Node struct {
 	Name          string             `json:"-"` // its key in graph.nodes
+	decisions     []string           // Decisions, worked out once by Parse
 	Type          string             `json:"type" validate:"required,oneof=superego inner_agent"`
 	AgentID       string             `json:"agent_id" validate:"required"`
 	Constitution  string             `json:"constitution,omitempty"`
@@ -183,6 +184,7 @@ func Parse(data []byte, cat Catalog) (*Definition, error) {
 		if text, ok := cat.Texts[n.Constitution]; ok {
 			n.Constitution = text
 		}
+		n.decisions = n.Decisions()
 	}
 	return &def, nil
 }
@@ -199,6 +201,9 @@ func (n *Node) Iterations() int {
 // keys without "*" and MAX_ITERATIONS, or, where that leaves none, the
 // defaults of its type.
 func (n *Node) Decisions() []string {
+	if n.decisions != nil {
+		return n.decisions
+	}
 	var ds []string
 	for k := range n.Transitions {
 		if k != AnyDecision && k != MaxIterations && k != NeedsTool {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"iter"
 	"log/slog"
 	"sync"
 	"time"
@@ -37,10 +38,13 @@ type liveRun struct {
 
 	mu      sync.Mutex // orders numbering, delivery and subscribing
 	seq     int64
+	pending []pendingEvent // published, not yet delivered: in order
+	err     error          // the first write that failed; the run fails at its next event
+	drained sync.Cond      // pending became empty
+	log     []Event        // this run's delivered events, read by its subscribers
+	ended   bool           // log is complete
 	subs    map[*Subscription]struct{}
-	pending []*pendingEvent // published, not yet delivered: in order
-	err     error           // the first write that failed; the run fails at its next event
-	drained sync.Cond       // pending became empty
+	watch   func(Event) // Run's watcher, if any: called in deliver
 }
 
 // pendingEvent waits until it, and every event before it, is durable.
@@ -50,45 +54,144 @@ type pendingEvent struct {
 }
 
 func newLiveRun() *liveRun {
-	run := &liveRun{subs: map[*Subscription]struct{}{}}
+	// Sized for a typical run, so its events rarely copy as they arrive.
+	run := &liveRun{subs: map[*Subscription]struct{}{}, pending: make([]pendingEvent, 0, 8), log: make([]Event, 0, 32)}
 	run.drained.L = &run.mu
 	return run
 }
 
-// Subscription receives an instance's events: Backlog first, then C until
-// it is closed, at the run's end or when the subscriber fell too far behind.
+// Subscription reads an instance's events: its Backlog, then the live run's
+// events as they are delivered. Subscribers share the run's own list of
+// events, each with a cursor, so a slow reader costs nothing and loses
+// nothing: it reads at its own pace, until the run ends.
 type Subscription struct {
 	Backlog []Event
-	C       <-chan Event
-	c       chan Event
 	run     *liveRun
-	after   int64 // live events up to this id came in the backlog
+	next    int           // index in run.log
+	after   int64         // live events up to this id came in the backlog
+	wake    chan struct{} // one token: events arrived, or the run ended
 }
 
-// subBuffer is how many events a subscriber may lag behind before it is
-// dropped: enough for a burst of deltas while a client's TCP window fills,
-// without holding events for a client that has stopped reading (it can
-// come back with Last-Event-ID). 256 events are 16 KB a subscriber.
-const subBuffer = 256
+// Events iterates over the subscription's events until the run ends or ctx
+// is done.
+func (s *Subscription) Events(ctx context.Context) iter.Seq[Event] {
+	return func(yield func(Event) bool) {
+		for len(s.Backlog) > 0 {
+			ev := s.Backlog[0]
+			s.Backlog = s.Backlog[1:]
+			if !yield(ev) {
+				return
+			}
+		}
+		for s.run != nil {
+			ev, ok, ended := s.take()
+			switch {
+			case ok:
+				if !yield(ev) {
+					return
+				}
+				continue
+			case ended:
+				return
+			}
+			select {
+			case <-s.wake:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}
+}
+
+// take returns the next live event, if one is there.
+func (s *Subscription) take() (ev Event, ok, ended bool) {
+	s.run.mu.Lock()
+	defer s.run.mu.Unlock()
+	for s.next < len(s.run.log) {
+		ev = s.run.log[s.next]
+		s.next++
+		if ev.ID > s.after {
+			return ev, true, false
+		}
+	}
+	return Event{}, false, s.run.ended
+}
+
+// Buffered reports whether an event is there to read without waiting.
+func (s *Subscription) Buffered() bool {
+	if len(s.Backlog) > 0 {
+		return true
+	}
+	if s.run == nil {
+		return false
+	}
+	s.run.mu.Lock()
+	defer s.run.mu.Unlock()
+	return s.next < len(s.run.log)
+}
+
+// Close stops the subscription; call it when its reader goes away before
+// the run ends.
+func (s *Subscription) Close() {
+	if s.run == nil {
+		return
+	}
+	s.run.mu.Lock()
+	delete(s.run.subs, s)
+	s.run.mu.Unlock()
+}
+
+// Idle reports whether the subscription has no live run behind it: all it
+// will ever deliver is its Backlog.
+func (s *Subscription) Idle() bool { return s.run == nil }
 
 // Start begins a run of flowID with input, on instanceID or, where that is
 // "", on a new instance; the subscription it returns sees the whole run.
 func (e *Engine) Start(ctx context.Context, flowID, instanceID, input string) (*Subscription, error) {
+	var sub *Subscription
+	run, turn, err := e.start(ctx, flowID, instanceID, input, func(run *liveRun) { sub = run.subscribe(nil, 0) })
+	if err != nil {
+		return nil, err
+	}
+	go e.run(run, turn)
+	return sub, nil
+}
+
+// Run runs a flow as Start does, but on the calling goroutine, for a
+// caller that waits for the run anyway and whose watcher keeps up without
+// blocking, such as one that collects events in memory: watch sees each
+// event as it is delivered, in order, on whichever goroutine delivers it.
+// Run returns when the run has ended and every event has been watched; the
+// run goes on if the caller's client goes away, as every run does. A reader
+// that may block, a socket, wants Start: a subscription never holds a run
+// back.
+func (e *Engine) Run(ctx context.Context, flowID, instanceID, input string, watch func(Event)) error {
+	run, turn, err := e.start(ctx, flowID, instanceID, input, func(run *liveRun) { run.watch = watch })
+	if err != nil {
+		return err
+	}
+	e.run(run, turn)
+	return nil
+}
+
+// start reserves the instance and lets attach hook a reader onto the run
+// before its first event; the caller runs it.
+func (e *Engine) start(ctx context.Context, flowID, instanceID, input string, attach func(*liveRun)) (*liveRun, Turn, error) {
 	f := e.Flows[flowID]
 	if f == nil {
-		return nil, fmt.Errorf("flow %q: %w", flowID, ErrNotFound)
+		return nil, Turn{}, fmt.Errorf("flow %q: %w", flowID, ErrNotFound)
 	}
 	isNew := instanceID == ""
 	if isNew {
 		instanceID = NewID()
 	} else if inst, err := e.Store.Get(ctx, instanceID); err != nil {
-		return nil, err
+		return nil, Turn{}, err
 	} else if inst.FlowID != flowID {
-		return nil, fmt.Errorf("instance %s runs flow %q, not %q: %w", instanceID, inst.FlowID, flowID, ErrInvalid)
+		return nil, Turn{}, fmt.Errorf("instance %s runs flow %q, not %q: %w", instanceID, inst.FlowID, flowID, ErrInvalid)
 	}
 	run := newLiveRun()
 	if err := e.reserve(instanceID, run); err != nil {
-		return nil, err
+		return nil, Turn{}, err
 	}
 	var st State
 	if isNew {
@@ -100,43 +203,40 @@ func (e *Engine) Start(ctx context.Context, flowID, instanceID, input string) (*
 		if err != nil {
 			e.release(instanceID)
 			e.wg.Done()
-			return nil, fmt.Errorf("start run on instance %s: %w", instanceID, err)
+			return nil, Turn{}, fmt.Errorf("start run on instance %s: %w", instanceID, err)
 		}
 		st = Replay(events)
 	}
-	sub := run.subscribe(nil, 0)
-	e.launch(run, st.LastID, Turn{FlowID: flowID, Def: f.Def, InstanceID: instanceID, RunID: NewID(), Steps: st.Steps, Input: input})
-	return sub, nil
+	run.mu.Lock()
+	attach(run)
+	run.seq = st.LastID
+	run.mu.Unlock()
+	return run, Turn{FlowID: flowID, Def: f.Def, InstanceID: instanceID, RunID: NewID(), Steps: st.Steps, Input: input}, nil
 }
 
-// launch runs a turn on its own goroutine, owned by the engine; the run was
-// reserved, so it is counted in flight and Close waits for it.
-func (e *Engine) launch(run *liveRun, lastID int64, turn Turn) {
-	run.seq = lastID
-	go func() {
-		defer e.wg.Done()
-		out := e.Exec.Run(run.ctx, turn, func(ev Event) error { return e.publish(turn.InstanceID, run, ev) })
-		switch {
-		case out.Status == statusInterrupted:
-			e.logger().Info("run interrupted by shutdown; it resumes when the server starts again", "instance", turn.InstanceID, "flow", turn.FlowID)
-		case out.Err != nil:
-			e.logger().Warn("run failed", "instance", turn.InstanceID, "flow", turn.FlowID, "code", ErrorCode(out.Err), "err", out.Err)
-		}
-		run.cancel(nil)
-		run.mu.Lock()
-		for len(run.pending) > 0 {
-			run.drained.Wait() // the log is whole before the instance is free again
-		}
-		if run.err != nil {
-			e.logger().Error("run's events not all recorded", "instance", turn.InstanceID, "err", run.err)
-		}
-		for s := range run.subs {
-			close(s.c)
-		}
-		run.subs = nil
-		run.mu.Unlock()
-		e.release(turn.InstanceID)
-	}()
+// run executes a reserved run to its end: the engine counts it in flight,
+// and Close waits for it.
+func (e *Engine) run(run *liveRun, turn Turn) {
+	defer e.wg.Done()
+	out := e.Exec.Run(run.ctx, turn, func(ev Event) error { return e.publish(turn.InstanceID, run, ev) })
+	switch {
+	case out.Status == statusInterrupted:
+		e.logger().Info("run interrupted by shutdown; it resumes when the server starts again", "instance", turn.InstanceID, "flow", turn.FlowID)
+	case out.Err != nil:
+		e.logger().Warn("run failed", "instance", turn.InstanceID, "flow", turn.FlowID, "code", ErrorCode(out.Err), "err", out.Err)
+	}
+	run.cancel(nil)
+	run.mu.Lock()
+	for len(run.pending) > 0 {
+		run.drained.Wait() // the log is whole before the instance is free again
+	}
+	if run.err != nil {
+		e.logger().Error("run's events not all recorded", "instance", turn.InstanceID, "err", run.err)
+	}
+	run.ended = true
+	run.wakeAll()
+	run.mu.Unlock()
+	e.release(turn.InstanceID)
 }
 
 // Recover finds the runs the store says are in progress, left so by a crash
@@ -173,7 +273,8 @@ func (e *Engine) Recover(ctx context.Context) (int, error) {
 		if err := e.reserve(inst.ID, run); err != nil {
 			return resumed, fmt.Errorf("recover %s: %w", inst.ID, err)
 		}
-		e.launch(run, st.LastID, Turn{FlowID: inst.FlowID, Def: f.Def, InstanceID: inst.ID, RunID: NewID(), Steps: st.Steps, Resume: true})
+		run.seq = st.LastID
+		go e.run(run, Turn{FlowID: inst.FlowID, Def: f.Def, InstanceID: inst.ID, RunID: NewID(), Steps: st.Steps, Resume: true})
 		e.logger().Info("resuming interrupted run", "instance", inst.ID, "flow", inst.FlowID, "steps", len(st.Steps))
 		resumed++
 	}
@@ -217,26 +318,30 @@ func (e *Engine) publish(id string, run *liveRun, ev Event) error {
 	run.mu.Lock()
 	run.seq++
 	ev.ID, ev.Time = run.seq, time.Now().UTC()
-	p := &pendingEvent{ev: ev, ready: ev.Name == EventPartial}
-	run.pending = append(run.pending, p)
+	ready := ev.Name == EventPartial
+	run.pending = append(run.pending, pendingEvent{ev: ev, ready: ready})
 	err := run.err
-	if p.ready {
+	if ready {
 		run.deliver()
 	}
 	run.mu.Unlock()
-	if !p.ready {
+	if !ready {
 		// Not under run.mu: a store may call done before it returns.
-		e.Store.Append(id, ev, func(err error) {
-			run.mu.Lock()
-			defer run.mu.Unlock()
-			p.ready = true
-			if err != nil && run.err == nil {
-				run.err = fmt.Errorf("record event %d: %w", ev.ID, err)
-			}
-			run.deliver()
-		})
+		e.Store.Append(id, ev, func(err error) { run.written(ev.ID, err) })
 	}
 	return err
+}
+
+// written marks event id durable, or failed, and delivers what is ready.
+func (run *liveRun) written(id int64, err error) {
+	run.mu.Lock()
+	defer run.mu.Unlock()
+	if err != nil && run.err == nil {
+		run.err = fmt.Errorf("record event %d: %w", id, err)
+	}
+	// pending is in id order with no gaps, so the event's place is known.
+	run.pending[id-run.pending[0].ev.ID].ready = true
+	run.deliver()
 }
 
 // failed records a write that failed; the run fails at its next event.
@@ -251,38 +356,41 @@ func (run *liveRun) failed(err error) {
 	}
 }
 
-// deliver hands the ready prefix of pending to the subscribers, dropping
-// any that lag too far behind. run.mu is held.
+// deliver moves the ready prefix of pending to the run's log and wakes its
+// subscribers. run.mu is held.
 func (run *liveRun) deliver() {
 	n := 0
 	for ; n < len(run.pending) && run.pending[n].ready; n++ {
-		ev := run.pending[n].ev
-		for s := range run.subs {
-			if ev.ID <= s.after {
-				continue
-			}
-			select {
-			case s.c <- ev:
-			default:
-				close(s.c)
-				delete(run.subs, s)
-			}
+		run.log = append(run.log, run.pending[n].ev)
+		if run.watch != nil {
+			run.watch(run.pending[n].ev)
 		}
 	}
-	if n > 0 {
-		run.pending = append(run.pending[:0], run.pending[n:]...)
+	if n == 0 {
+		return
 	}
+	run.pending = append(run.pending[:0], run.pending[n:]...)
+	run.wakeAll()
 	if len(run.pending) == 0 {
 		run.drained.Broadcast()
 	}
 }
 
+func (run *liveRun) wakeAll() {
+	for s := range run.subs {
+		select {
+		case s.wake <- struct{}{}:
+		default: // it has a token already
+		}
+	}
+}
+
+// subscribe follows the run from its next delivered event. run.mu is held.
 func (run *liveRun) subscribe(backlog []Event, after int64) *Subscription {
 	if n := len(backlog); n > 0 {
 		after = backlog[n-1].ID
 	}
-	c := make(chan Event, subBuffer)
-	s := &Subscription{Backlog: backlog, C: c, c: c, run: run, after: after}
+	s := &Subscription{Backlog: backlog, run: run, next: len(run.log), after: after, wake: make(chan struct{}, 1)}
 	run.subs[s] = struct{}{}
 	return s
 }
@@ -299,7 +407,7 @@ func (e *Engine) Subscribe(ctx context.Context, id string, after int64) (*Subscr
 	if run != nil {
 		run.mu.Lock()
 		defer run.mu.Unlock()
-		if run.subs != nil { // still running
+		if !run.ended {
 			backlog, err := e.Store.Events(ctx, id, after)
 			if err != nil {
 				return nil, err
@@ -311,23 +419,7 @@ func (e *Engine) Subscribe(ctx context.Context, id string, after int64) (*Subscr
 	if err != nil {
 		return nil, err
 	}
-	c := make(chan Event)
-	close(c)
-	return &Subscription{Backlog: backlog, C: c, c: c}, nil
-}
-
-// Unsubscribe stops a subscription's live events; call it when its client
-// goes away before the run ends.
-func (e *Engine) Unsubscribe(s *Subscription) {
-	if s.run == nil {
-		return
-	}
-	s.run.mu.Lock()
-	defer s.run.mu.Unlock()
-	if _, ok := s.run.subs[s]; ok {
-		delete(s.run.subs, s)
-		close(s.c)
-	}
+	return &Subscription{Backlog: backlog}, nil
 }
 
 // Cancel stops the run in progress on an instance; it ends "cancelled".
@@ -393,7 +485,3 @@ func (e *Engine) Closed() bool {
 	defer e.mu.Unlock()
 	return e.closed
 }
-
-// Idle reports whether the subscription has no live run behind it: all it
-// will ever deliver is its Backlog.
-func (s *Subscription) Idle() bool { return s.run == nil }

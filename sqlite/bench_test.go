@@ -91,20 +91,16 @@ var stores = []struct {
 	{"sqlite", func(b testing.TB) flow.Store { return open(b) }},
 }
 
-// benchEngine runs flows one after another through the engine, a client
-// reading each stream to its end, on each store.
+// benchEngine runs flows one after another through the engine, a watcher
+// encoding every event as it is delivered, on each store.
 func benchEngine(b *testing.B, def *flow.Definition, agent flow.Agent) {
 	for _, store := range stores {
 		b.Run(store.name, func(b *testing.B) {
 			e := &flow.Engine{Flows: map[string]*flow.Flow{"g": {ID: "g", Def: def}}, Exec: &flow.Executor{Agent: agent}, Store: store.open(b)}
 			b.ReportAllocs()
 			for b.Loop() {
-				sub, err := e.Start(context.Background(), "g", "", "What is 5*10?")
-				if err != nil {
+				if err := e.Run(context.Background(), "g", "", "What is 5*10?", func(ev flow.Event) { json.Marshal(ev.Data) }); err != nil {
 					b.Fatal(err)
-				}
-				for ev := range sub.C {
-					json.Marshal(ev.Data)
 				}
 			}
 		})

@@ -31,24 +31,26 @@ func runFlow(ctx context.Context, cfg config, args []string, stdout, stderr io.W
 			return exitUsage
 		}
 	}
-	sub, err := engine.Start(ctx, args[0], "", args[1])
+	p := &printer{w: stdout, json: cfg.JSON}
+	status := flow.StatusCancelled
+	var stop func() bool
+	err = engine.Run(ctx, args[0], "", args[1], func(ev flow.Event) {
+		p.print(ev)
+		switch d := ev.Data.(type) {
+		case flow.RunStart:
+			stop = context.AfterFunc(ctx, func() { // Ctrl-C cancels the run; it still ends with done
+				engine.Cancel(context.Background(), d.InstanceID)
+			})
+		case flow.Done:
+			status = d.Status
+		}
+	})
 	if err != nil {
 		fmt.Fprintln(stderr, "superego run:", err)
 		return exitUsage
 	}
-	p := &printer{w: stdout, json: cfg.JSON}
-	first := <-sub.C // run_start, with the instance to cancel
-	p.print(first)
-	stop := context.AfterFunc(ctx, func() { // Ctrl-C cancels the run; it still ends with done
-		engine.Cancel(context.Background(), first.Data.(flow.RunStart).InstanceID)
-	})
-	defer stop()
-	status := flow.StatusCancelled
-	for ev := range sub.C {
-		p.print(ev)
-		if d, ok := ev.Data.(flow.Done); ok {
-			status = d.Status
-		}
+	if stop != nil {
+		stop()
 	}
 	return statusExit[status]
 }

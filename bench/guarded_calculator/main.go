@@ -1,0 +1,438 @@
+// Command guarded_calculator runs the guarded-calculator workload of
+// ../shared/bench/README.md through superego's own engine, agents and
+// calculator tool, on a fake language model, and prints one JSON line with
+// the same field names as the LangGraph.js and Eino peers, so the three
+// compare as ratios in one run.
+//
+//	go run ./bench/guarded_calculator [-constitution FILE] [-store memory|sqlite] [-http]
+package main
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"runtime"
+	"runtime/debug"
+	"runtime/pprof"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/tmc/langchaingo/llms"
+
+	"superego/agents"
+	"superego/flow"
+	"superego/sqlite"
+	"superego/tools"
+)
+
+const (
+	userInput  = "What is 5*10?"
+	wantTrace  = "input_superego:CAUTION calculator:NEEDS_TOOL calculator:COMPLETE output_superego:ACCEPT"
+	inputReply = `{"decision":"CAUTION","thinking":"Benign arithmetic request; allow it, but the agent must use the tool and verify the number.","agent_guidance":"verify","response":"ok"}`
+	outReply   = `{"decision":"ACCEPT","thinking":"The draft answer agrees with the calculator tool output and violates no principle.","agent_guidance":"none","response":"ok"}`
+)
+
+// flowJSON is the workload's graph as a superego flow. The prompts are the
+// agents' own (SPEC §6); the constitution is the shared fixture.
+const flowJSON = `{"name": "guarded calculator", "graph": {"start": "input_superego", "max_steps": 25, "nodes": {
+  "input_superego": {"type": "superego", "agent_id": "input_superego", "constitution": "bench", "max_iterations": 3,
+    "transitions": {"ACCEPT": "calculator", "CAUTION": "calculator", "NEEDS_CLARIFICATION": "self", "*": null}},
+  "calculator": {"type": "inner_agent", "agent_id": "calculator", "tools": ["calculator"], "max_iterations": 5,
+    "system_prompt": "CALCULATOR AGENT. You answer arithmetic questions. Always use the calculator tool; never compute in your head.",
+    "transitions": {"COMPLETE": "output_superego", "NEEDS_TOOL": "self", "MAX_ITERATIONS": "output_superego"}},
+  "output_superego": {"type": "superego", "agent_id": "output_superego", "constitution": "bench",
+    "transitions": {"*": null}}}}}`
+
+// fakeModel is the workload's chat model: stateless, safe for concurrent
+// use, its reply a function of the messages; after delay, if any.
+type fakeModel struct{ delay time.Duration }
+
+func (m fakeModel) Call(ctx context.Context, prompt string, options ...llms.CallOption) (string, error) {
+	return llms.GenerateFromSinglePrompt(ctx, m, prompt, options...)
+}
+
+func (m fakeModel) GenerateContent(ctx context.Context, messages []llms.MessageContent, options ...llms.CallOption) (*llms.ContentResponse, error) {
+	if m.delay > 0 {
+		t := time.NewTimer(m.delay)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return nil, ctx.Err()
+		}
+	}
+	system := messages[0].Parts[0].(llms.TextContent).Text
+	var text string
+	var calls []llms.ToolCall
+	switch last := messages[len(messages)-1]; {
+	case strings.Contains(system, "Your node: input_superego."):
+		text = inputReply
+	case strings.Contains(system, "Your node: output_superego."):
+		text = outReply
+	case last.Role == llms.ChatMessageTypeTool:
+		text = "5*10 = " + last.Parts[0].(llms.ToolCallResponse).Content
+	default:
+		calls = []llms.ToolCall{{ID: "call_calc_1", Type: "function", FunctionCall: &llms.FunctionCall{Name: "calculator", Arguments: `{"expression":"5*10"}`}}}
+	}
+	var opts llms.CallOptions
+	for _, o := range options {
+		o(&opts)
+	}
+	if opts.StreamingFunc != nil && text != "" {
+		if err := opts.StreamingFunc(ctx, []byte(text)); err != nil {
+			return nil, err
+		}
+	}
+	return &llms.ContentResponse{Choices: []*llms.ContentChoice{{Content: text, ToolCalls: calls}}}, nil
+}
+
+// client is what reads a flow's stream: it encodes every step it is sent,
+// hidden fields removed (flow.Step has no encoding for them), counts the
+// bytes, and records the trace.
+type client struct {
+	bytes int
+	trace []string
+}
+
+func (c *client) read(ev flow.Event) error {
+	s, ok := ev.Data.(flow.Step)
+	if !ok || s.Role == flow.RoleUser {
+		return nil
+	}
+	b, err := json.Marshal(s)
+	c.bytes += len(b)
+	c.trace = append(c.trace, s.AgentID+":"+s.Decision)
+	return err
+}
+
+func (c *client) check() error {
+	if got := strings.Join(c.trace, " "); got != wantTrace {
+		return fmt.Errorf("trace %q, want %q", got, wantTrace)
+	}
+	return nil
+}
+
+type bench struct {
+	def    *flow.Definition
+	agent0 *agents.Agent // instant model
+	agentD *agents.Agent // delayed model
+	store  string
+	dir    string
+}
+
+// engine is a server's engine for one agent: flows started through it are
+// numbered, stored and streamed as POST /flow/execute would stream them.
+func (b *bench) engine(agent *agents.Agent, maxRuns int) (*flow.Engine, func(), error) {
+	var store flow.Store = &flow.MemStore{}
+	closeStore := func() {}
+	if b.store == "sqlite" {
+		s, err := sqlite.Open(filepath.Join(b.dir, fmt.Sprintf("bench-%d.db", time.Now().UnixNano())))
+		if err != nil {
+			return nil, nil, err
+		}
+		store, closeStore = s, func() { s.Close() }
+	}
+	return &flow.Engine{
+		Flows:   map[string]*flow.Flow{"g": {ID: "g", Def: b.def}},
+		Exec:    &flow.Executor{Agent: agent},
+		Store:   store,
+		MaxRuns: maxRuns,
+		Log:     slog.New(slog.DiscardHandler),
+	}, closeStore, nil
+}
+
+// runFlow runs one flow on e and reads its whole stream.
+func runFlow(e *flow.Engine, c *client) error {
+	var err error
+	if err0 := e.Run(context.Background(), "g", "", userInput, func(ev flow.Event) {
+		if err == nil {
+			err = c.read(ev)
+		}
+	}); err0 != nil {
+		return err0
+	}
+	if err != nil {
+		return err
+	}
+	return c.check()
+}
+
+// direct runs the same agents in a plain loop: the workload's routing by
+// hand, the same client, no engine, no store, no events but the steps.
+func (b *bench) direct(c *client) error {
+	g := b.def.Graph
+	node, guidance, from := g.Nodes["input_superego"], "", ""
+	var rounds []flow.Step
+	for n := 1; node != nil; n++ {
+		t := &flow.Task{Node: node, StepID: fmt.Sprint(n + 1), UserMessage: userInput, Input: userInput,
+			Guidance: guidance, GuidanceFrom: from, ToolRounds: rounds, Decisions: node.Decisions()}
+		r, err := b.agent0.Act(context.Background(), t, func(flow.Event) {})
+		if err != nil {
+			return err
+		}
+		s := flow.Step{StepID: t.StepID, AgentID: node.AgentID, Node: node.Name, Timestamp: time.Now().UTC(), Role: flow.RoleAssistant,
+			Input: userInput, Decision: r.Decision, ToolUsage: r.ToolUsage, Response: r.Response, Thinking: r.Thinking, AgentGuidance: r.AgentGuidance}
+		var next *flow.Node
+		switch {
+		case len(r.ToolUsage) > 0:
+			s.Decision, next = flow.NeedsTool, node
+			rounds = append(rounds, s)
+		case node.Name == "input_superego":
+			next, guidance, from = g.Nodes["calculator"], r.AgentGuidance, node.AgentID
+		case node.Name == "calculator":
+			s.Decision, next, guidance, from, rounds = flow.Complete, g.Nodes["output_superego"], r.AgentGuidance, node.AgentID, nil
+		}
+		if next != nil {
+			s.NextAgent = &next.Name
+		}
+		if err := c.read(flow.Event{Name: flow.EventCompleteStep, Data: s}); err != nil {
+			return err
+		}
+		node = next
+	}
+	return c.check()
+}
+
+// sequential runs flows one after another until at least n flows and
+// minDur have passed, and returns each flow's duration.
+func sequential(warmup, n int, minDur time.Duration, one func() error) ([]time.Duration, time.Duration, error) {
+	for range warmup {
+		if err := one(); err != nil {
+			return nil, 0, err
+		}
+	}
+	var ds []time.Duration
+	start := time.Now()
+	for len(ds) < n || time.Since(start) < minDur {
+		t := time.Now()
+		if err := one(); err != nil {
+			return nil, 0, err
+		}
+		ds = append(ds, time.Since(t))
+	}
+	return ds, time.Since(start), nil
+}
+
+// concurrent starts n flows at once behind a barrier and returns the wall
+// time until the last one ends.
+func concurrent(e *flow.Engine, n int) (time.Duration, error) {
+	var ready, done sync.WaitGroup
+	barrier := make(chan struct{})
+	errs := make(chan error, n) // every flow reports once; nobody blocks
+	ready.Add(n)
+	done.Add(n)
+	for range n {
+		go func() {
+			defer done.Done()
+			ready.Done()
+			<-barrier
+			errs <- runFlow(e, &client{})
+		}()
+	}
+	ready.Wait()
+	start := time.Now()
+	close(barrier)
+	done.Wait()
+	wall := time.Since(start)
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			return 0, err
+		}
+	}
+	return wall, nil
+}
+
+// procStatus reads a field of /proc/self/status in kB.
+func procStatus(field string) int {
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return -1
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, field+":"); ok {
+			var kb int
+			fmt.Sscanf(strings.TrimSpace(v), "%d", &kb)
+			return kb
+		}
+	}
+	return -1
+}
+
+func percentile(ds []time.Duration, p float64) float64 {
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	return float64(s[int(p*float64(len(s)-1))].Nanoseconds()) / 1e3
+}
+
+func main() {
+	seq := flag.Int("seq", 2000, "at least this many sequential flows")
+	minSeconds := flag.Float64("min-seconds", 2, "and at least this long")
+	warmup := flag.Int("warmup", 500, "warm-up flows before measuring")
+	conc := flag.Int("conc", 1000, "flows at once in the concurrent phase")
+	delay := flag.Duration("delay", 20*time.Millisecond, "model latency in the concurrent phase")
+	rounds := flag.Int("rounds", 3, "measured concurrent rounds")
+	constitution := flag.String("constitution", "../shared/bench/constitution.txt", "the workload's constitution")
+	store := flag.String("store", "memory", "where instances are kept: memory or sqlite")
+	withHTTP := flag.Bool("http", false, "also run the flow through POST /flow/execute and a bare SSE handler")
+	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the sequential phase")
+	flag.Parse()
+	if err := run(*seq, *minSeconds, *warmup, *conc, *delay, *rounds, *constitution, *store, *withHTTP, *cpuprofile); err != nil {
+		fmt.Fprintln(os.Stderr, "guarded_calculator:", err)
+		os.Exit(1)
+	}
+}
+
+func run(seq int, minSeconds float64, warmup, conc int, delay time.Duration, rounds int, constitutionPath, store string, withHTTP bool, cpuprofile string) error {
+	text, err := os.ReadFile(constitutionPath)
+	if err != nil {
+		return fmt.Errorf("%w (run from the repository root, beside ../shared, or pass -constitution)", err)
+	}
+	sum := sha256.Sum256(text)
+	def, err := flow.Parse([]byte(flowJSON), flow.Catalog{Tools: []string{"calculator"}, Texts: map[string]string{"bench": string(text)}})
+	if err != nil {
+		return err
+	}
+	set := tools.Set{"calculator": tools.Calculator()}
+	model := func(d time.Duration) func(string) (agents.Model, error) {
+		m := agents.Model{LLM: fakeModel{delay: d}, Name: "fake"}
+		return func(string) (agents.Model, error) { return m, nil }
+	}
+	dir, err := os.MkdirTemp("", "superego-bench")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	b := &bench{def: def, store: store, dir: dir,
+		agent0: &agents.Agent{Model: model(0), Tools: set},
+		agentD: &agents.Agent{Model: model(delay), Tools: set}}
+	if store != "memory" && store != "sqlite" {
+		return errors.New(`-store is "memory" or "sqlite"`)
+	}
+	e0, close0, err := b.engine(b.agent0, 0)
+	if err != nil {
+		return err
+	}
+
+	// (c) At rest: everything built, nothing run.
+	runtime.GC()
+	time.Sleep(50 * time.Millisecond)
+	out := map[string]any{
+		"engine":                 "superego",
+		"store":                  store,
+		"constitution_sha256_16": hex.EncodeToString(sum[:])[:16],
+		"rest_rss_kb":            procStatus("VmRSS"),
+		"rest_peak_rss_kb":       procStatus("VmHWM"),
+		"go":                     runtime.Version(),
+		"gomaxprocs":             runtime.GOMAXPROCS(0),
+	}
+
+	// Sanity: one flow, five steps, the tool said 50.
+	var steps []flow.Step
+	sub, err := e0.Start(context.Background(), "g", "", userInput)
+	if err != nil {
+		return err
+	}
+	for ev := range sub.Events(context.Background()) {
+		if s, ok := ev.Data.(flow.Step); ok {
+			steps = append(steps, s)
+		}
+	}
+	if len(steps) != 5 || len(steps[2].ToolUsage) != 1 || steps[2].ToolUsage[0].Output != "50" {
+		return fmt.Errorf("sanity check: %d steps", len(steps))
+	}
+
+	// (a) Sequential, through the engine.
+	if cpuprofile != "" {
+		f, err := os.Create(cpuprofile)
+		if err != nil {
+			return err
+		}
+		pprof.StartCPUProfile(f)
+	}
+	c := &client{}
+	ds, wall, err := sequential(warmup, seq, time.Duration(minSeconds*float64(time.Second)), func() error {
+		c.trace = c.trace[:0]
+		return runFlow(e0, c)
+	})
+	if cpuprofile != "" {
+		pprof.StopCPUProfile()
+	}
+	if err != nil {
+		return err
+	}
+	out["seq_flows"] = len(ds)
+	out["seq_flows_per_sec"] = float64(len(ds)) / wall.Seconds()
+	out["seq_mean_us"] = float64(wall.Microseconds()) / float64(len(ds))
+	out["seq_p50_us"] = percentile(ds, 0.50)
+	out["seq_p99_us"] = percentile(ds, 0.99)
+	out["streamed_bytes_per_flow"] = c.bytes / (len(ds) + warmup)
+
+	// (a') The floor: the same agents in a plain loop.
+	dc := &client{}
+	dds, dwall, err := sequential(warmup, seq, time.Duration(minSeconds*float64(time.Second)), func() error {
+		dc.trace = dc.trace[:0]
+		return b.direct(dc)
+	})
+	if err != nil {
+		return err
+	}
+	out["direct_mean_us"] = float64(dwall.Microseconds()) / float64(len(dds))
+
+	// (b) Concurrent: one round unmeasured, then the peak reset, then
+	// rounds. Each round gets its own engine, and the sequential phase's is
+	// let go: an in-memory store keeps every instance it has seen, and this
+	// figure is about the flows in flight, not the history.
+	close0()
+	e0 = nil
+	round := func() (time.Duration, error) {
+		e, closeStore, err := b.engine(b.agentD, conc)
+		if err != nil {
+			return 0, err
+		}
+		defer closeStore()
+		return concurrent(e, conc)
+	}
+	if _, err := round(); err != nil {
+		return err
+	}
+	debug.FreeOSMemory() // what earlier phases freed goes back to the OS before the peak is reset
+	out["peak_reset_ok"] = os.WriteFile("/proc/self/clear_refs", []byte("5"), 0) == nil
+	var walls []float64
+	for range rounds {
+		w, err := round()
+		if err != nil {
+			return err
+		}
+		walls = append(walls, float64(w.Microseconds())/1e3)
+	}
+	out["conc_peak_rss_kb"] = procStatus("VmHWM")
+	out["conc_rounds_ms"] = walls
+	sorted := slices.Clone(walls)
+	slices.Sort(sorted)
+	ideal := 4 * float64(delay.Milliseconds())
+	out["conc_wall_ms"] = sorted[len(sorted)/2]
+	out["conc_ideal_ms"] = ideal
+	out["conc_overhead_ms"] = sorted[len(sorted)/2] - ideal
+
+	if withHTTP {
+		if err := b.http(out, warmup, seq, time.Duration(minSeconds*float64(time.Second))); err != nil {
+			return err
+		}
+	}
+	line, err := json.Marshal(out)
+	if err != nil {
+		return err
+	}
+	fmt.Println(string(line))
+	return nil
+}
