@@ -1,7 +1,7 @@
 # The two commands of the README: `make run` and `make test`.
 GO ?= go
 
-.PHONY: run test bench vet build docker
+.PHONY: run test bench bench-peer vet build docker
 
 run:
 	$(GO) run ./cmd/superego serve
@@ -19,3 +19,9 @@ build:
 
 docker:
 	docker build -t superego .
+
+# The guarded-calculator workload of ../shared/bench, on each store, with the
+# loopback HTTP comparison; one JSON line each.
+bench-peer:
+	$(GO) run ./bench/guarded_calculator -http
+	$(GO) run ./bench/guarded_calculator -store sqlite

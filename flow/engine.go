@@ -41,7 +41,7 @@ type liveRun struct {
 	pending []pendingEvent // published, not yet delivered: in order
 	err     error          // the first write that failed; the run fails at its next event
 	drained sync.Cond      // pending became empty
-	log     []Event        // this run's delivered events, read by its subscribers
+	log     []Event        // delivered events, kept while the run has subscribers to read them
 	ended   bool           // log is complete
 	subs    map[*Subscription]struct{}
 	watch   func(Event) // Run's watcher, if any: called in deliver
@@ -55,7 +55,7 @@ type pendingEvent struct {
 
 func newLiveRun() *liveRun {
 	// Sized for a typical run, so its events rarely copy as they arrive.
-	run := &liveRun{subs: map[*Subscription]struct{}{}, pending: make([]pendingEvent, 0, 8), log: make([]Event, 0, 32)}
+	run := &liveRun{subs: map[*Subscription]struct{}{}, pending: make([]pendingEvent, 0, 8)}
 	run.drained.L = &run.mu
 	return run
 }
@@ -361,7 +361,11 @@ func (run *liveRun) failed(err error) {
 func (run *liveRun) deliver() {
 	n := 0
 	for ; n < len(run.pending) && run.pending[n].ready; n++ {
-		run.log = append(run.log, run.pending[n].ev)
+		// A subscriber that comes later starts at the log's end, so with
+		// no subscribers there is nothing to keep.
+		if len(run.subs) > 0 {
+			run.log = append(run.log, run.pending[n].ev)
+		}
 		if run.watch != nil {
 			run.watch(run.pending[n].ev)
 		}

@@ -80,7 +80,7 @@ func (x *Executor) Run(ctx context.Context, t Turn, emit func(Event) error) Outc
 		now = time.Now
 	}
 	// Room for a typical turn's steps, so appending rarely copies the log.
-	steps := append(make([]Step, 0, len(t.Steps)+8), t.Steps...)
+	steps := append(make([]Step, 0, len(t.Steps)+6), t.Steps...)
 	r := &runner{x: x, t: t, now: now, emit: emit, steps: steps, iters: map[string]int{}}
 	out := r.run(ctx)
 	if out.Status == statusInterrupted {
