@@ -114,13 +114,14 @@ func Eval(expr string) (float64, error) {
 	return v, nil
 }
 
-// FormatNumber prints integers without a fraction and others in the
-// shortest form that reads back exactly.
+// FormatNumber prints integers without a fraction and other numbers to 15
+// significant digits, as a calculator does: 0.1+0.2 is 0.3, not the
+// binary approximation 0.30000000000000004.
 func FormatNumber(v float64) string {
 	if v == math.Trunc(v) && math.Abs(v) < 1e15 {
 		return strconv.FormatFloat(v, 'f', -1, 64)
 	}
-	return strconv.FormatFloat(v, 'g', -1, 64)
+	return strconv.FormatFloat(v, 'g', 15, 64)
 }
 
 type calc struct {
