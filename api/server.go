@@ -8,10 +8,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"mime"
 	"net/http"
 	"reflect"
-	"sort"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -89,17 +90,8 @@ func (s *Server) health(w http.ResponseWriter, r *http.Request) error {
 	if refused == nil {
 		refused = []flow.Refused{}
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"status": status, "model": s.Model, "flows": flowIDs(s.Engine.Flows), "refused": refused})
+	writeJSON(w, http.StatusOK, map[string]any{"status": status, "model": s.Model, "flows": slices.Sorted(maps.Keys(s.Engine.Flows)), "refused": refused})
 	return nil
-}
-
-func flowIDs(flows map[string]*flow.Flow) []string {
-	ids := make([]string, 0, len(flows))
-	for id := range flows {
-		ids = append(ids, id)
-	}
-	sort.Strings(ids)
-	return ids
 }
 
 type nodeSummary struct {
@@ -112,10 +104,10 @@ type nodeSummary struct {
 // listFlows serves GET /flows.
 func (s *Server) listFlows(w http.ResponseWriter, r *http.Request) error {
 	out := []map[string]any{}
-	for _, id := range flowIDs(s.Engine.Flows) {
+	for _, id := range slices.Sorted(maps.Keys(s.Engine.Flows)) {
 		def := s.Engine.Flows[id].Def
 		nodes := []nodeSummary{}
-		for _, name := range sortedNodeNames(def) {
+		for _, name := range slices.Sorted(maps.Keys(def.Graph.Nodes)) {
 			n := def.Graph.Nodes[name]
 			tools := n.Tools
 			if tools == nil {
@@ -127,15 +119,6 @@ func (s *Server) listFlows(w http.ResponseWriter, r *http.Request) error {
 	}
 	writeJSON(w, http.StatusOK, out)
 	return nil
-}
-
-func sortedNodeNames(def *flow.Definition) []string {
-	names := make([]string, 0, len(def.Graph.Nodes))
-	for n := range def.Graph.Nodes {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	return names
 }
 
 // getFlow serves GET /flow/{flow_id}.
@@ -320,19 +303,12 @@ func (s *Server) getInstance(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	st := flow.Replay(events)
-	var steps any = orEmpty(st.Steps)
+	var steps any = st.Steps
 	if hidden {
 		steps = flow.ResearchSteps(st.Steps)
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"instance_id": inst.ID, "flow_id": inst.FlowID, "status": st.Status, "steps": steps})
 	return nil
-}
-
-func orEmpty(steps []flow.Step) []flow.Step {
-	if steps == nil {
-		return []flow.Step{}
-	}
-	return steps
 }
 
 // admin reports whether the request carries the admin token; with none

@@ -6,8 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"reflect"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 
@@ -228,15 +230,21 @@ func (n *Node) Target(decision string) (target string, ok bool) {
 	if !ok && decision != NeedsTool && decision != MaxIterations {
 		t, ok = n.Transitions[AnyDecision]
 	}
-	switch {
-	case !ok:
+	if !ok {
 		return "", false
-	case t == nil:
-		return "", true
-	case *t == "self":
-		return n.Name, true
 	}
-	return *t, true
+	return n.resolve(t), true
+}
+
+// resolve reads a transition target: "self" is the node, nil the end ("").
+func (n *Node) resolve(t *string) string {
+	switch {
+	case t == nil:
+		return ""
+	case *t == "self":
+		return n.Name
+	}
+	return *t
 }
 
 // Limit is how many node steps one run may append.
@@ -281,7 +289,7 @@ func crossCheck(def *Definition, cat Catalog) []Problem {
 	}
 	g := def.Graph
 	if g.Start != "" && g.Nodes[g.Start] == nil && len(g.Nodes) > 0 {
-		add("graph.start", "unknown node %q (nodes: %s)", g.Start, strings.Join(sortedKeys(g.Nodes), ", "))
+		add("graph.start", "unknown node %q (nodes: %s)", g.Start, strings.Join(slices.Sorted(maps.Keys(g.Nodes)), ", "))
 	}
 	tools := setOf(cat.Tools)
 	providers := setOf(cat.Providers)
@@ -324,13 +332,4 @@ func setOf(xs []string) map[string]bool {
 		m[x] = true
 	}
 	return m
-}
-
-func sortedKeys[V any](m map[string]V) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return keys
 }

@@ -291,7 +291,7 @@ func decide(node *Node, allowed []string, reply Reply, s *Step) (string, error) 
 	}
 	if star, ok := node.Transitions[AnyDecision]; ok && decisionRe.MatchString(d) {
 		s.Decision = d
-		return resolve(node, star), nil
+		return node.resolve(star), nil
 	}
 	fallback := Complete
 	if node.Type == Superego {
@@ -304,7 +304,7 @@ func decide(node *Node, allowed []string, reply Reply, s *Step) (string, error) 
 	s.Decision = fallback
 	if star, ok := node.Transitions[AnyDecision]; ok {
 		s.Fallback = why + `; followed "*"`
-		return resolve(node, star), nil
+		return node.resolve(star), nil
 	}
 	s.Fallback = why + "; used " + fallback
 	target, ok := node.Target(fallback)
@@ -312,16 +312,6 @@ func decide(node *Node, allowed []string, reply Reply, s *Step) (string, error) 
 		return "", fmt.Errorf("%w: %s, and the node has no %s or \"*\" transition to fall back on", ErrModelOutput, why, fallback)
 	}
 	return target, nil
-}
-
-func resolve(node *Node, t *string) string {
-	switch {
-	case t == nil:
-		return ""
-	case *t == "self":
-		return node.Name
-	}
-	return *t
 }
 
 func truncate(s string, n int) string {

@@ -67,7 +67,7 @@ type State struct {
 
 // Replay derives an instance's state from its events.
 func Replay(events []Event) State {
-	st := State{Status: StatusNew}
+	st := State{Status: StatusNew, Steps: []Step{}} // a list, even when empty: clients see []
 	for _, e := range events {
 		st.LastID, st.UpdatedAt = e.ID, e.Time
 		switch d := e.Data.(type) {

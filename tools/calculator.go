@@ -5,8 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
-	"sort"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -85,14 +86,7 @@ func fold(a []float64, f func(x, y float64) float64) (float64, error) {
 	return v, nil
 }
 
-func funcNames() []string {
-	names := make([]string, 0, len(funcs))
-	for k := range funcs {
-		names = append(names, k)
-	}
-	sort.Strings(names)
-	return names
-}
+func funcNames() []string { return slices.Sorted(maps.Keys(funcs)) }
 
 // Eval evaluates an arithmetic expression. It fails, never panics, on
 // malformed input, and on results that are not finite numbers.

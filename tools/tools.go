@@ -7,7 +7,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"sort"
+	"maps"
+	"slices"
 )
 
 // Tool is one callable tool. Call's error is given to the model as the
@@ -23,14 +24,7 @@ type Tool struct {
 type Set map[string]Tool
 
 // Names lists the set's tool names, sorted.
-func (s Set) Names() []string {
-	names := make([]string, 0, len(s))
-	for n := range s {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	return names
-}
+func (s Set) Names() []string { return slices.Sorted(maps.Keys(s)) }
 
 // Builtin returns the built-in tools; search uses the given backend.
 func Builtin(search *Search) Set {

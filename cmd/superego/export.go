@@ -43,7 +43,7 @@ func export(ctx context.Context, cfg config, stdout, stderr io.Writer) int {
 			return exitFailed
 		}
 		steps := flow.Replay(events).Steps
-		line := exported{Summary: sum, Steps: orEmpty(steps)}
+		line := exported{Summary: sum, Steps: steps}
 		if cfg.IncludeHidden {
 			line.Steps = flow.ResearchSteps(steps)
 		}
@@ -57,11 +57,4 @@ func export(ctx context.Context, cfg config, stdout, stderr io.Writer) int {
 		return exitFailed
 	}
 	return exitOK
-}
-
-func orEmpty(steps []flow.Step) []flow.Step {
-	if steps == nil {
-		return []flow.Step{}
-	}
-	return steps
 }
