@@ -1,0 +1,96 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+)
+
+// hookSettings is the hook configuration sg needs, in Claude Code's nested
+// settings form.
+func hookSettings() map[string]any {
+	entry := func(matcher, command string) map[string]any {
+		e := map[string]any{"hooks": []any{map[string]any{"type": "command", "command": command}}}
+		if matcher != "" {
+			e["matcher"] = matcher
+		}
+		return e
+	}
+	return map[string]any{
+		"UserPromptSubmit": []any{entry("", "sg evaluate")},
+		"PreToolUse":       []any{entry("Edit|Write|Bash|Task|NotebookEdit|MultiEdit", "sg check")},
+		"PreCompact":       []any{entry("", "sg precompact")},
+		"SessionStart":     []any{entry("", "sg context-inject")},
+	}
+}
+
+// hooks prints the configuration, or merges it into the project's
+// .claude/settings.json: every other setting and hook is kept, and sg's
+// own entries are replaced rather than repeated.
+func (e *env) hooks(project string, install bool) int {
+	if !install {
+		b, _ := json.MarshalIndent(map[string]any{"hooks": hookSettings()}, "", "  ")
+		fmt.Fprintf(e.stdout, "%s\n", b)
+		return 0
+	}
+	path := filepath.Join(project, ".claude", "settings.json")
+	settings := map[string]any{}
+	b, err := os.ReadFile(path)
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+	case err != nil:
+		fmt.Fprintln(e.stderr, "sg hooks:", err)
+		return 1
+	default:
+		if err := json.Unmarshal(b, &settings); err != nil {
+			fmt.Fprintf(e.stderr, "sg hooks: %s is not valid JSON (%v); nothing changed\n", path, err)
+			return 1
+		}
+	}
+	hooks, _ := settings["hooks"].(map[string]any)
+	if hooks == nil {
+		hooks = map[string]any{}
+	}
+	for event, add := range hookSettings() {
+		var kept []any
+		existing, _ := hooks[event].([]any)
+		for _, entry := range existing {
+			if !isSG(entry) {
+				kept = append(kept, entry)
+			}
+		}
+		hooks[event] = append(kept, add.([]any)...)
+	}
+	settings["hooks"] = hooks
+	out, _ := json.MarshalIndent(settings, "", "  ")
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		fmt.Fprintln(e.stderr, "sg hooks:", err)
+		return 1
+	}
+	if err := writeAtomic(path, append(out, '\n')); err != nil {
+		fmt.Fprintln(e.stderr, "sg hooks:", err)
+		return 1
+	}
+	fmt.Fprintf(e.stdout, "superego hooks installed in %s\n", path)
+	return 0
+}
+
+// isSG reports whether a settings entry holds only sg's own commands.
+func isSG(entry any) bool {
+	m, _ := entry.(map[string]any)
+	list, _ := m["hooks"].([]any)
+	if len(list) == 0 {
+		return false
+	}
+	for _, h := range list {
+		hm, _ := h.(map[string]any)
+		cmd, _ := hm["command"].(string)
+		if !strings.HasPrefix(cmd, "sg ") {
+			return false
+		}
+	}
+	return true
+}

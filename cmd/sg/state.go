@@ -1,0 +1,267 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"syscall"
+	"time"
+
+	"gopkg.in/yaml.v3"
+)
+
+// Phases, as the judge decides them. state.json keeps them in lower case,
+// as the design writes them.
+const (
+	Exploring  = "EXPLORING"
+	Discussing = "DISCUSSING"
+	Ready      = "READY"
+)
+
+// State is .superego/state.json: the phase a user message last left the
+// conversation in, which every write tool is checked against.
+type State struct {
+	Phase           string     `json:"phase"`
+	Since           time.Time  `json:"since"`
+	ApprovedScope   *string    `json:"approved_scope"`
+	Reason          string     `json:"reason,omitempty"` // the judge's words for the phase, shown to Claude
+	LastEvaluated   *time.Time `json:"last_evaluated"`
+	PendingOverride *Override  `json:"pending_override"`
+	Disabled        bool       `json:"disabled"`
+}
+
+// Override lets exactly the next blocked write through.
+type Override struct {
+	Reason    string    `json:"reason"`
+	Timestamp time.Time `json:"timestamp"`
+}
+
+func initialState(now time.Time) State {
+	return State{Phase: strings.ToLower(Exploring), Since: now}
+}
+
+// Decision is one record of the journal, .superego/decisions/*.yaml.
+type Decision struct {
+	Timestamp     time.Time `yaml:"timestamp"`
+	SessionID     string    `yaml:"session_id,omitempty"`
+	Type          string    `yaml:"type"` // phase_transition, override_granted, override_used, feedback_accepted, precompact_summary
+	FromState     string    `yaml:"from_state,omitempty"`
+	ToState       string    `yaml:"to_state,omitempty"`
+	Context       string    `yaml:"context,omitempty"`
+	Trigger       string    `yaml:"trigger,omitempty"`
+	ApprovedScope string    `yaml:"approved_scope,omitempty"`
+}
+
+// Dir is a project's .superego directory.
+type Dir string
+
+func (d Dir) path(name string) string { return filepath.Join(string(d), name) }
+
+// errUnavailable is how a state that cannot be read or locked reads.
+var errUnavailable = errors.New("superego state unavailable")
+
+// lockWait bounds how long a command waits for another to finish with the
+// state; hooks run one after another, so the lock is never held for long.
+const lockWait = 5 * time.Second
+
+// lock takes the state's lock. It is an flock on .superego/state.lock: the
+// kernel drops it when its holder exits, however it exits, so a lock is
+// never left stale by a crashed or killed hook.
+func (d Dir) lock() (unlock func(), err error) {
+	f, err := os.OpenFile(d.path("state.lock"), os.O_RDWR|os.O_CREATE, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", errUnavailable, err)
+	}
+	deadline := time.Now().Add(lockWait)
+	for {
+		err = syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
+		if err == nil {
+			return func() { f.Close() }, nil // closing releases the lock
+		}
+		if !errors.Is(err, syscall.EWOULDBLOCK) || time.Now().After(deadline) {
+			f.Close()
+			return nil, fmt.Errorf("%w: lock: %w", errUnavailable, err)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// read reads state.json. Callers hold the lock.
+func (d Dir) read() (State, error) {
+	var st State
+	b, err := os.ReadFile(d.path("state.json"))
+	if err != nil {
+		return st, fmt.Errorf("%w: %w", errUnavailable, err)
+	}
+	if err := json.Unmarshal(b, &st); err != nil {
+		return st, fmt.Errorf("%w: state.json: %w", errUnavailable, err)
+	}
+	switch strings.ToUpper(st.Phase) {
+	case Exploring, Discussing, Ready:
+	default:
+		return st, fmt.Errorf("%w: state.json: unknown phase %q", errUnavailable, st.Phase)
+	}
+	return st, nil
+}
+
+// update applies change to the state under the lock and writes it back, if
+// change says so, atomically: readers see the old file or the new, never a
+// torn one.
+func (d Dir) update(change func(*State) (write bool, err error)) (State, error) {
+	unlock, err := d.lock()
+	if err != nil {
+		return State{}, err
+	}
+	defer unlock()
+	st, err := d.read()
+	if err != nil {
+		return st, err
+	}
+	write, err := change(&st)
+	if err != nil || !write {
+		return st, err
+	}
+	return st, d.write(st)
+}
+
+func (d Dir) write(st State) error {
+	b, err := json.MarshalIndent(st, "", "  ")
+	if err != nil {
+		return err
+	}
+	return writeAtomic(d.path("state.json"), append(b, '\n'))
+}
+
+// writeAtomic writes a file through a temporary file and a rename.
+func writeAtomic(path string, data []byte) error {
+	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
+	if err != nil {
+		return err
+	}
+	_, err = f.Write(data)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(f.Name(), path)
+	}
+	if err != nil {
+		os.Remove(f.Name())
+	}
+	return err
+}
+
+// journal adds a record to the decision journal. Names sort by time; a
+// record never replaces another.
+func (d Dir) journal(rec Decision) error {
+	b, err := yaml.Marshal(rec)
+	if err != nil {
+		return err
+	}
+	base := d.path(filepath.Join("decisions", rec.Timestamp.UTC().Format("2006-01-02T15-04-05.000000000Z")))
+	for i := 0; ; i++ {
+		name := base + ".yaml"
+		if i > 0 {
+			name = fmt.Sprintf("%s-%d.yaml", base, i)
+		}
+		f, err := os.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+		if errors.Is(err, os.ErrExist) {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		_, err = f.Write(b)
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+		return err
+	}
+}
+
+// decisions reads the journal's last n records (all for n <= 0), oldest first.
+func (d Dir) decisions(n int) ([]Decision, error) {
+	names, err := filepath.Glob(d.path(filepath.Join("decisions", "*.yaml")))
+	if err != nil {
+		return nil, err
+	}
+	sort.Strings(names)
+	if n > 0 && len(names) > n {
+		names = names[len(names)-n:]
+	}
+	out := make([]Decision, 0, len(names))
+	for _, name := range names {
+		b, err := os.ReadFile(name)
+		if err != nil {
+			return nil, err
+		}
+		var rec Decision
+		if err := yaml.Unmarshal(b, &rec); err != nil {
+			return nil, fmt.Errorf("%s: %w", name, err)
+		}
+		out = append(out, rec)
+	}
+	return out, nil
+}
+
+// audit appends a line to audit.log: time, command, inputs, decision,
+// reason, as one JSON object. It is a debugging aid: failing to write it
+// fails nothing.
+func (d Dir) audit(command string, inputs map[string]string, decision, reason string) {
+	b, _ := json.Marshal(struct {
+		Time     time.Time         `json:"time"`
+		Command  string            `json:"command"`
+		Inputs   map[string]string `json:"inputs,omitempty"`
+		Decision string            `json:"decision,omitempty"`
+		Reason   string            `json:"reason,omitempty"`
+	}{time.Now().UTC(), command, inputs, decision, reason})
+	f, err := os.OpenFile(d.path("audit.log"), os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
+	if err != nil {
+		return
+	}
+	f.Write(append(b, '\n')) // one write: lines from concurrent hooks do not interleave
+	f.Close()
+}
+
+// Config is .superego/config.yaml.
+type Config struct {
+	Model   string        `yaml:"model"`
+	Mode    string        `yaml:"mode"`    // gate (default) or advise
+	Timeout time.Duration `yaml:"timeout"` // of one evaluation
+	// TranscriptBudget is how much of the transcript's end, in bytes of
+	// rendered conversation, the judge reads.
+	TranscriptBudget int `yaml:"transcript_budget"`
+}
+
+const defaultConfig = `# sg configuration. SUPEREGO_MODEL, when set, wins over model.
+# model: claude-cli (runs "claude -p", no API key), openai:gpt-4o-mini,
+#   anthropic:claude-sonnet-4-5, ollama:llama3.2, or offline (always EXPLORING).
+model: claude-cli
+# mode: gate (writes outside READY are denied) or advise (writes are allowed;
+#   Claude is told the phase and why).
+mode: gate
+timeout: 60s
+transcript_budget: 24000
+`
+
+func (d Dir) config() (Config, error) {
+	c := Config{Model: "claude-cli", Mode: "gate", Timeout: time.Minute, TranscriptBudget: 24000}
+	b, err := os.ReadFile(d.path("config.yaml"))
+	if errors.Is(err, os.ErrNotExist) {
+		return c, nil
+	}
+	if err != nil {
+		return c, err
+	}
+	if err := yaml.Unmarshal(b, &c); err != nil {
+		return c, fmt.Errorf("config.yaml: %w", err)
+	}
+	if c.Mode != "gate" && c.Mode != "advise" {
+		return c, fmt.Errorf("config.yaml: mode %q: want gate or advise", c.Mode)
+	}
+	return c, nil
+}
