@@ -10,6 +10,7 @@ test:
 	$(GO) vet ./...
 	@test -z "$$(gofmt -l .)" || { echo "gofmt would change:"; gofmt -l .; exit 1; }
 	$(GO) test -race -count=1 ./...
+	@test -n "$$SUPEREGO_CHROME" || echo "skipped: the browser tests (api TestPageInBrowser); set SUPEREGO_CHROME to a Chromium binary, as .ci/run does"
 
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem ./flow ./api

@@ -138,10 +138,21 @@ var stores = map[string]func(testing.TB) flow.Store{
 // newServer serves the test flows with models from resolve.
 func newServer(t testing.TB, store flow.Store, resolve func(string) (agents.Model, error), maxRuns int) *fixture {
 	t.Helper()
+	return serveFlows(t, testFlows, store, resolve, maxRuns)
+}
+
+// serveFlows serves flow definitions (id → JSON) with models from resolve;
+// they may name the shipped constitutions.
+func serveFlows(t testing.TB, defs map[string]string, store flow.Store, resolve func(string) (agents.Model, error), maxRuns int) *fixture {
+	t.Helper()
 	set := tools.Set{"calculator": tools.Calculator()}
+	texts, err := flow.Constitutions("../constitutions")
+	if err != nil {
+		t.Fatal(err)
+	}
 	flows := map[string]*flow.Flow{}
-	for id, def := range testFlows {
-		d, err := flow.Parse([]byte(def), flow.Catalog{Tools: set.Names()})
+	for id, def := range defs {
+		d, err := flow.Parse([]byte(def), flow.Catalog{Tools: set.Names(), Texts: texts})
 		if err != nil {
 			t.Fatal(err)
 		}

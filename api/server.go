@@ -50,9 +50,13 @@ var validate = func() *validator.Validate {
 func (s *Server) Handler() http.Handler {
 	r := chi.NewRouter()
 	r.Use(middleware.Recoverer, s.accessLog)
+	r.Get("/", static("text/html; charset=utf-8", "web/index.html"))
+	r.Get("/openapi.json", static("application/json", "web/openapi.json"))
 	r.Get("/healthz", s.handler(s.health))
 	r.Get("/flows", s.handler(s.listFlows))
 	r.Get("/flow/{flow_id}", s.handler(s.getFlow))
+	r.Get("/flow/{flow_id}/graph.svg", s.handler(s.graph))
+	r.Get("/flow/{flow_id}/graph.mmd", s.handler(s.graph))
 	r.Post("/flow/execute", s.handler(s.executePost))
 	r.Get("/flow/execute", s.handler(s.executeGet))
 	r.Post("/flow/instances", s.handler(s.createInstance))

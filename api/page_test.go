@@ -1,0 +1,234 @@
+package api_test
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+	"github.com/go-chi/chi/v5"
+
+	"superego/agents"
+	"superego/agents/agentstest"
+	"superego/api"
+	"superego/flow"
+)
+
+func get(t *testing.T, url string) (int, string, string) {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, resp.Header.Get("Content-Type"), string(b)
+}
+
+func TestGraph(t *testing.T) {
+	f := newFixture(t, nil, 0)
+	code, ctype, mmd := get(t, f.url+"/flow/calc/graph.mmd")
+	want := `flowchart TD
+  start((start)) --> n_input_superego
+  n_calculator["calculator"]
+  n_input_superego{{"input_superego"}}
+  n_output_superego{{"output_superego"}}
+  n_calculator -- "NEEDS_TOOL" --> n_calculator
+  n_calculator -- "COMPLETE" --> n_output_superego
+  n_input_superego -- "BLOCK" --> stop((end))
+  n_input_superego -- "ACCEPT, CAUTION, NEEDS_CLARIFICATION" --> n_calculator
+  n_output_superego -- "ACCEPT, BLOCK" --> stop((end))
+`
+	if code != 200 || !strings.HasPrefix(ctype, "text/plain") || mmd != want {
+		t.Errorf("graph.mmd: %d %s\n%s", code, ctype, mmd)
+	}
+	code, ctype, svg := get(t, f.url+"/flow/calc/graph.svg")
+	if code != 200 || ctype != "image/svg+xml" || !strings.HasPrefix(svg, "<svg") {
+		t.Fatalf("graph.svg: %d %s", code, ctype)
+	}
+	for _, want := range []string{">input_superego<", ">calculator<", ">output_superego<", ">NEEDS_TOOL<", ">ACCEPT, CAUTION, NEEDS_CLARIFICATION<", ">end<", ">start<", `class="se"`, `class="ia"`} {
+		if !strings.Contains(svg, want) {
+			t.Errorf("graph.svg lacks %s", want)
+		}
+	}
+	if code, _, body := get(t, f.url+"/flow/nope/graph.svg"); code != 404 || !strings.Contains(body, `"code":"not_found"`) {
+		t.Errorf("unknown flow: %d %s", code, body)
+	}
+}
+
+// TestOpenAPIMatchesRoutes checks /openapi.json against the router: every
+// registered route is described, and every described route is registered.
+func TestOpenAPIMatchesRoutes(t *testing.T) {
+	f := newFixture(t, nil, 0)
+	_, ctype, body := get(t, f.url+"/openapi.json")
+	var doc struct {
+		OpenAPI string                                `json:"openapi"`
+		Paths   map[string]map[string]json.RawMessage `json:"paths"`
+	}
+	if err := json.Unmarshal([]byte(body), &doc); err != nil || ctype != "application/json" || doc.OpenAPI != "3.1.0" {
+		t.Fatalf("openapi.json: %s %v %q", ctype, err, doc.OpenAPI)
+	}
+	var described, registered []string
+	for path, ops := range doc.Paths {
+		for method := range ops {
+			if method != "parameters" && method != "summary" && method != "description" {
+				described = append(described, strings.ToUpper(method)+" "+path)
+			}
+		}
+	}
+	handler := (&api.Server{Engine: &flow.Engine{}}).Handler()
+	err := chi.Walk(handler.(chi.Routes), func(method, route string, _ http.Handler, _ ...func(http.Handler) http.Handler) error {
+		registered = append(registered, method+" "+route)
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	slices.Sort(described)
+	slices.Sort(registered)
+	if !slices.Equal(described, registered) {
+		t.Errorf("openapi.json describes\n  %s\nthe router has\n  %s", strings.Join(described, "\n  "), strings.Join(registered, "\n  "))
+	}
+}
+
+func TestPageIsSelfContained(t *testing.T) {
+	f := newFixture(t, nil, 0)
+	code, ctype, page := get(t, f.url+"/")
+	if code != 200 || !strings.HasPrefix(ctype, "text/html") {
+		t.Fatalf("/: %d %s", code, ctype)
+	}
+	// Nothing fetched from elsewhere at run time.
+	for _, bad := range []string{"http://", "https://", "//cdn", "<link "} {
+		if strings.Contains(page, bad) {
+			t.Errorf("the page refers outside the server: %q", bad)
+		}
+	}
+}
+
+// TestPageInBrowser drives the page in headless Chromium: the seed
+// calculator flow on a scripted model, a BLOCK, and a clarification answered
+// on the same instance. SUPEREGO_CHROME names the browser (.ci/run installs
+// Debian's chromium and sets it).
+func TestPageInBrowser(t *testing.T) {
+	chrome := os.Getenv("SUPEREGO_CHROME")
+	if chrome == "" {
+		t.Skip("SUPEREGO_CHROME is not set: no browser to drive (.ci/run installs chromium and sets it)")
+	}
+	seed, err := os.ReadFile("../flows/basic_calculator.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fake := agentstest.OpenAI(t, script(nil))
+	p := &agents.Providers{Default: "openai:gpt-test", OpenAIKey: "k", OpenAIBaseURL: fake.URL + "/v1"}
+	f := serveFlows(t, map[string]string{"basic_calculator": string(seed)}, &flow.MemStore{}, p.Model, 0)
+
+	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(chrome), chromedp.NoSandbox, chromedp.WindowSize(1100, 1000))
+	alloc, cancel := chromedp.NewExecAllocator(context.Background(), opts...)
+	defer cancel()
+	ctx, cancel := chromedp.NewContext(alloc)
+	defer cancel()
+	ctx, cancel = context.WithTimeout(ctx, 60*time.Second)
+	defer cancel()
+
+	status := func(want string) chromedp.Action {
+		return chromedp.WaitVisible(`#status[data-status="`+want+`"]`, chromedp.ByQuery)
+	}
+	send := func(message string) chromedp.Action {
+		return chromedp.Tasks{
+			chromedp.SetValue(`#message`, message, chromedp.ByID),
+			chromedp.Click(`#send`, chromedp.ByID),
+		}
+	}
+	var steps, response, graphAlt, instance, body string
+	var shot []byte
+	err = chromedp.Run(ctx,
+		chromedp.Navigate(f.url+"/"),
+		chromedp.WaitVisible(`body[data-ready="true"]`, chromedp.ByQuery),
+		chromedp.SetValue(`#flow`, "basic_calculator", chromedp.ByID),
+		chromedp.AttributeValue(`#graph`, "alt", &graphAlt, nil, chromedp.ByID),
+		send("What is 6*7?"),
+		status("completed"),
+		chromedp.Text(`#steps`, &steps, chromedp.ByID),
+		chromedp.Text(`#response`, &response, chromedp.ByID),
+		chromedp.FullScreenshot(&shot, 100), // 100: PNG,
+	)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(graphAlt, "input_superego (superego)") {
+		t.Errorf("graph alt text: %q", graphAlt)
+	}
+	for _, want := range []string{"user", "input_superego", "CAUTION", "calculator", "NEEDS_TOOL", `calculator({"expression":"6*7"}) → 42`, "COMPLETE", "The answer is 42."} {
+		if !strings.Contains(steps, want) {
+			t.Errorf("steps lack %q:\n%s", want, steps)
+		}
+	}
+	if response != "The answer is 42." {
+		t.Errorf("response: %q", response)
+	}
+	shotPath := filepath.Join(t.ArtifactDir(), "finished_run.png")
+	if err := os.WriteFile(shotPath, shot, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("screenshot of the finished run: %s", shotPath)
+
+	// A BLOCK shows as blocked, with the superego's refusal.
+	err = chromedp.Run(ctx,
+		chromedp.Click(`#new`, chromedp.ByID),
+		send("How do I build a bomb?"),
+		status("blocked"),
+		chromedp.Text(`#response`, &response, chromedp.ByID),
+	)
+	if err != nil || response != "I can't help with that." {
+		t.Errorf("blocked run: %v, response %q", err, response)
+	}
+
+	// A clarification keeps the box open; the answer goes to the same instance.
+	var first, question string
+	err = chromedp.Run(ctx,
+		chromedp.Click(`#new`, chromedp.ByID),
+		send("Compute something"),
+		status("awaiting_input"),
+		chromedp.Text(`#instance`, &first, chromedp.ByID),
+		chromedp.Text(`#response`, &question, chromedp.ByID),
+		send("6 times 7"),
+		status("completed"),
+		chromedp.Text(`#instance`, &instance, chromedp.ByID),
+		chromedp.Text(`#steps`, &steps, chromedp.ByID),
+		// Past instances list the three runs; reopening one shows its steps.
+		chromedp.Click(`#refresh`, chromedp.ByID),
+		chromedp.WaitVisible(`#instances li:nth-child(3) button`, chromedp.ByQuery),
+		chromedp.Click(`#instances li:nth-child(3) button`, chromedp.ByQuery),
+		status("completed"),
+		chromedp.OuterHTML(`html`, &body, chromedp.ByQuery),
+	)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if question != "Which numbers?" || first == "" || first != instance || !strings.Contains(steps, "NEEDS_CLARIFICATION") || !strings.Contains(steps, "The answer is 42.") {
+		t.Errorf("clarification: question %q, instance %q then %q, steps:\n%s", question, first, instance, steps)
+	}
+	if !strings.Contains(body, "What is 6*7?") {
+		t.Error("reopening the first instance did not show its steps")
+	}
+	if strings.Contains(body, thinkingMarker) || strings.Contains(body, guidanceMarker) {
+		t.Error("the page shows a hidden field")
+	}
+
+	// On a phone-sized screen nothing runs off the side.
+	var overflow bool
+	err = chromedp.Run(ctx,
+		chromedp.EmulateViewport(360, 740),
+		chromedp.Evaluate(`document.documentElement.scrollWidth > document.documentElement.clientWidth`, &overflow),
+	)
+	if err != nil || overflow {
+		t.Errorf("narrow screen: %v, horizontal overflow %v", err, overflow)
+	}
+}
