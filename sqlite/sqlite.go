@@ -21,7 +21,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"log/slog"
 	"strconv"
 	"sync"
 	"time"
@@ -59,13 +58,11 @@ const timeFormat = "2006-01-02T15:04:05.000000000Z"
 type Store struct {
 	read  *sql.DB
 	write *sql.DB // one connection: SQLite has one writer
-	ckpt  *sql.DB // one connection, for the checkpointer
 	queue chan queued
 	mu    sync.RWMutex // held to send on queue, and to close it
 	shut  bool
 
-	insertInstance, insertSegment *sql.Stmt     // prepared once, on the one write connection
-	checkpoint                    chan struct{} // a checkpoint is due
+	insertInstance, insertSegment *sql.Stmt // prepared once, on the one write connection
 	done                          chan struct{}
 }
 
@@ -87,70 +84,38 @@ const maxBatch = 512
 // Open opens (creating if need be) the database at path, in WAL mode.
 func Open(path string) (*Store, error) {
 	dsn := "file:" + path + "?_pragma=journal_mode(WAL)&_pragma=synchronous(NORMAL)&_pragma=busy_timeout(10000)&_pragma=foreign_keys(ON)"
-	s := &Store{
+	write, err := sql.Open("sqlite", dsn)
+	if err != nil {
+		return nil, fmt.Errorf("open %s: %w", path, err)
+	}
+	write.SetMaxOpenConns(1)
+	if _, err := write.Exec(schema); err != nil {
+		write.Close()
+		return nil, fmt.Errorf("open %s: %w", path, err)
+	}
+	insertInstance, err := write.Prepare(`INSERT INTO instances (id, flow_id, created_at) VALUES (?, ?, ?)`)
+	if err != nil {
+		write.Close()
+		return nil, fmt.Errorf("open %s: %w", path, err)
+	}
+	insertSegment, err := write.Prepare(`INSERT INTO log (instance_id, first_seq, last_seq, last_time, steps, status, events, hidden) VALUES (?, ?, ?, ?, ?, ?, ?, ?)`)
+	if err != nil {
+		write.Close()
+		return nil, fmt.Errorf("open %s: %w", path, err)
+	}
+	read, err := sql.Open("sqlite", dsn+"&_pragma=query_only(1)")
+	if err != nil {
+		write.Close()
+		return nil, fmt.Errorf("open %s: %w", path, err)
+	}
+	s := &Store{read: read, write: write, insertInstance: insertInstance, insertSegment: insertSegment,
 		// A commit's worth of writes can wait while one commits; past
 		// that, writers block, which slows runs down to the disk's pace
 		// instead of queueing without bound.
-		queue:      make(chan queued, maxBatch),
-		checkpoint: make(chan struct{}, 1),
-		done:       make(chan struct{}),
-	}
-	err := s.open(dsn)
-	if err != nil {
-		s.closeDBs()
-		return nil, fmt.Errorf("open %s: %w", path, err)
-	}
+		queue: make(chan queued, maxBatch),
+		done:  make(chan struct{})}
 	go s.writer()
-	go s.checkpointer()
 	return s, nil
-}
-
-func (s *Store) open(dsn string) (err error) {
-	// The writer does not checkpoint: the checkpointer copies the WAL
-	// back into the database on its own connection, off the commits' path.
-	if s.write, err = sql.Open("sqlite", dsn+"&_pragma=wal_autocheckpoint(0)"); err != nil {
-		return err
-	}
-	s.write.SetMaxOpenConns(1)
-	if _, err := s.write.Exec(schema); err != nil {
-		return err
-	}
-	if s.insertInstance, err = s.write.Prepare(`INSERT INTO instances (id, flow_id, created_at) VALUES (?, ?, ?)`); err != nil {
-		return err
-	}
-	if s.insertSegment, err = s.write.Prepare(`INSERT INTO log (instance_id, first_seq, last_seq, last_time, steps, status, events, hidden) VALUES (?, ?, ?, ?, ?, ?, ?, ?)`); err != nil {
-		return err
-	}
-	if s.ckpt, err = sql.Open("sqlite", dsn); err != nil {
-		return err
-	}
-	s.ckpt.SetMaxOpenConns(1)
-	s.read, err = sql.Open("sqlite", dsn+"&_pragma=query_only(1)")
-	return err
-}
-
-func (s *Store) closeDBs() error {
-	var errs []error
-	for _, db := range []*sql.DB{s.read, s.ckpt, s.write} {
-		if db != nil {
-			errs = append(errs, db.Close())
-		}
-	}
-	return errors.Join(errs...)
-}
-
-// checkpointEvery is how many commits go by between checkpoints: about
-// SQLite's own default of a thousand pages of WAL.
-const checkpointEvery = 250
-
-// checkpointer copies the WAL into the database whenever the writer asks,
-// without blocking it: a passive checkpoint takes no writer's lock.
-func (s *Store) checkpointer() {
-	for range s.checkpoint {
-		if _, err := s.ckpt.Exec(`PRAGMA wal_checkpoint(PASSIVE)`); err != nil {
-			slog.Warn("sqlite checkpoint failed; the WAL grows until one succeeds", "err", err)
-		}
-	}
 }
 
 // Close stops the writer, once the writes already queued are done, and
@@ -163,14 +128,12 @@ func (s *Store) Close() error {
 	}
 	s.mu.Unlock()
 	<-s.done
-	return s.closeDBs()
+	return errors.Join(s.read.Close(), s.write.Close())
 }
 
 func (s *Store) writer() {
 	defer close(s.done)
-	defer close(s.checkpoint)
 	batch := make([]queued, 0, maxBatch)
-	commits := 0
 	for first := range s.queue {
 		batch = append(batch[:0], first)
 	more:
@@ -188,12 +151,6 @@ func (s *Store) writer() {
 		errs := s.commit(batch)
 		for i, w := range batch {
 			w.done(errs[i])
-		}
-		if commits++; commits%checkpointEvery == 0 {
-			select {
-			case s.checkpoint <- struct{}{}:
-			default: // one is under way
-			}
 		}
 	}
 }

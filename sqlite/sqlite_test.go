@@ -3,8 +3,10 @@ package sqlite_test
 import (
 	"context"
 	"errors"
+	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"superego/flow"
 	"superego/flow/storetest"
@@ -66,5 +68,32 @@ func TestReopenKeepsTheLog(t *testing.T) {
 	}
 	if got := events[0].Data.(flow.Step); got.Thinking != "T" || got.AgentGuidance != "G" || got.Response != "hi" {
 		t.Errorf("step after reopening: %+v", got)
+	}
+}
+
+// The writer leaves checkpoints to the checkpointer: the WAL must still be
+// copied back and reused, not grow with every commit.
+func TestWALStaysBounded(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "superego.db")
+	s, err := sqlite.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	flow.Wait(func(done func(error)) { s.Create(flow.Instance{ID: "i", FlowID: "f", CreatedAt: time.Now()}, done) })
+	const commits = 3000
+	for n := int64(1); n <= commits; n++ {
+		if err := flow.Wait(func(done func(error)) { s.Append("i", stepEvent(n), done) }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	fi, err := os.Stat(path + "-wal")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Each commit writes at least two 4 KiB pages: without checkpoints the
+	// WAL would hold them all.
+	if limit := int64(commits) * 2 * 4096 / 4; fi.Size() > limit {
+		t.Errorf("WAL is %d bytes after %d commits (limit %d): checkpoints are not running", fi.Size(), commits, limit)
 	}
 }
