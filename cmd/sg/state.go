@@ -239,7 +239,7 @@ type Config struct {
 
 const defaultConfig = `# sg configuration. SUPEREGO_MODEL, when set, wins over model.
 # model: claude-cli (runs "claude -p", no API key), openai:gpt-4o-mini,
-#   anthropic:claude-sonnet-4-5, ollama:llama3.2, or offline (always EXPLORING).
+#   anthropic:claude-sonnet-4-5, ollama:llama3.2, or offline (judges nothing: always DISCUSSING).
 model: claude-cli
 # mode: gate (writes outside READY are denied) or advise (writes are allowed;
 #   Claude is told the phase and why).
