@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chromedp/cdproto/input"
 	"github.com/chromedp/chromedp"
 	"github.com/go-chi/chi/v5"
 
@@ -220,6 +221,20 @@ func TestPageInBrowser(t *testing.T) {
 	}
 	if strings.Contains(body, thinkingMarker) || strings.Contains(body, guidanceMarker) {
 		t.Error("the page shows a hidden field")
+	}
+
+	// From the keyboard alone: type, then Ctrl+Enter.
+	var steps2 string
+	err = chromedp.Run(ctx,
+		chromedp.Click(`#new`, chromedp.ByID),
+		chromedp.Focus(`#message`, chromedp.ByID),
+		chromedp.SendKeys(`#message`, "What is 6*7?", chromedp.ByID),
+		chromedp.KeyEvent("\r", chromedp.KeyModifiers(input.ModifierCtrl)),
+		status("completed"),
+		chromedp.Text(`#steps`, &steps2, chromedp.ByID),
+	)
+	if err != nil || !strings.Contains(steps2, "The answer is 42.") {
+		t.Errorf("keyboard run: %v, steps %q", err, steps2)
 	}
 
 	// On a phone-sized screen nothing runs off the side.
