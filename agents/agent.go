@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"time"
@@ -22,6 +24,9 @@ type Agent struct {
 	Model   func(spec string) (Model, error)
 	Tools   tools.Set
 	Timeout time.Duration
+	// Workspaces, where set, are the instances' workspaces: a worker that
+	// writes OutputFile there ends its cycle.
+	Workspaces *tools.Workspaces
 
 	prompts sync.Map // *flow.Node → its system prompt, built once
 }
@@ -100,13 +105,66 @@ func (a *Agent) Act(ctx context.Context, t *flow.Task, emit func(flow.Event)) (f
 		if c.ID == "" { // some OpenAI-compatible servers omit it; tool results need one
 			c.ID = fmt.Sprintf("call_%s_%d", t.StepID, i+1)
 		}
-		use, err := a.call(ctx, t.Node, c, timeout, emit)
+		use, err := a.call(tools.WithInstance(ctx, t.InstanceID), t.Node, c, timeout, emit)
 		if err != nil {
 			return reply, err
 		}
 		reply.ToolUsage = append(reply.ToolUsage, use)
 	}
+	if a.Workspaces != nil {
+		a.endCycle(t, &reply)
+	}
 	return reply, nil
+}
+
+// OutputFile is the output protocol's file: a worker ends its cycle by
+// writing it to its workspace.
+const OutputFile = "__output.json"
+
+// Output is what a worker's OutputFile holds.
+type Output struct {
+	Summary           string   `json:"summary"`
+	TextContent       string   `json:"text_content"`
+	Files             []string `json:"files"`
+	InstructionToUser string   `json:"instruction_to_user"`
+}
+
+// endCycle applies the output protocol: when a reply's tool calls wrote
+// OutputFile, the worker's cycle is over. The file is archived as
+// __output_cycle_NNNN.json, and the step is the worker's COMPLETE with the
+// summary as its response, without another model call.
+func (a *Agent) endCycle(t *flow.Task, reply *flow.Reply) {
+	wrote := -1
+	for i, u := range reply.ToolUsage {
+		var args struct{ Path string }
+		if u.ToolName == "write_file" && u.Error == "" && json.Unmarshal(u.Input, &args) == nil && filepath.Clean(args.Path) == OutputFile {
+			wrote = i
+		}
+	}
+	if wrote < 0 || !contains(t.Decisions, flow.Complete) {
+		return
+	}
+	p, err := a.Workspaces.Resolve(t.InstanceID, OutputFile)
+	if err != nil {
+		return
+	}
+	b, err := os.ReadFile(p)
+	var out Output
+	if err == nil {
+		err = json.Unmarshal(b, &out)
+	}
+	if err != nil || strings.TrimSpace(out.Summary) == "" {
+		// Not the protocol's object: the worker goes on, and the next
+		// call shows it what went wrong.
+		reply.ToolUsage[wrote].Error = OutputFile + ` must be a JSON object with a non-empty "summary"`
+		return
+	}
+	archives, _ := filepath.Glob(filepath.Join(filepath.Dir(p), "__output_cycle_*.json"))
+	archive := filepath.Join(filepath.Dir(p), fmt.Sprintf("__output_cycle_%04d.json", len(archives)+1))
+	if err := os.WriteFile(archive, b, 0o644); err != nil {
+		return
+	}
+	reply.Final, reply.Decision, reply.Response = true, flow.Complete, out.Summary
 }
 
 // call runs one tool call. A tool's error goes back to the model as its

@@ -275,7 +275,7 @@ func TestMissingKeyIsAClearError(t *testing.T) {
 
 func TestOfflineModelRunsEveryShippedFlow(t *testing.T) {
 	p := &agents.Providers{Default: "offline"}
-	agent := &agents.Agent{Model: p.Model, Tools: tools.Builtin(nil)}
+	agent := &agents.Agent{Model: p.Model, Tools: tools.Builtin(nil, &tools.Workspaces{Root: t.TempDir()})}
 	r := execute(t, calcFlow, agent, "What is 6*7?")
 	if r.out.Status != flow.StatusCompleted || !strings.Contains(r.out.Response, "42") {
 		t.Fatalf("outcome %+v", r.out)

@@ -8,6 +8,7 @@ import (
 	"flag"
 	"io"
 	"log/slog"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -90,6 +91,7 @@ type fixture struct {
 	engine *flow.Engine
 	model  *agentstest.Server
 	logs   *syncBuffer
+	ws     *tools.Workspaces
 }
 
 type syncBuffer struct {
@@ -145,7 +147,9 @@ func newServer(t testing.TB, store flow.Store, resolve func(string) (agents.Mode
 // they may name the shipped constitutions.
 func serveFlows(t testing.TB, defs map[string]string, store flow.Store, resolve func(string) (agents.Model, error), maxRuns int) *fixture {
 	t.Helper()
+	ws := &tools.Workspaces{Root: t.TempDir()}
 	set := tools.Set{"calculator": tools.Calculator()}
+	maps.Copy(set, ws.Tools())
 	texts, err := flow.Constitutions("../constitutions")
 	if err != nil {
 		t.Fatal(err)
@@ -160,9 +164,9 @@ func serveFlows(t testing.TB, defs map[string]string, store flow.Store, resolve 
 	}
 	logs := &syncBuffer{}
 	log := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	engine := &flow.Engine{Flows: flows, Exec: &flow.Executor{Agent: &agents.Agent{Model: resolve, Tools: set, Timeout: 2 * time.Second}},
+	engine := &flow.Engine{Flows: flows, Exec: &flow.Executor{Agent: &agents.Agent{Model: resolve, Tools: set, Timeout: 2 * time.Second, Workspaces: ws}},
 		Store: store, MaxRuns: maxRuns, Log: log}
-	s := &api.Server{Engine: engine, Model: "openai:gpt-test", AdminToken: "admin-secret", Log: log,
+	s := &api.Server{Engine: engine, Workspaces: ws, Model: "openai:gpt-test", AdminToken: "admin-secret", Log: log,
 		Refused: []flow.Refused{{ID: "broken", Errors: []string{`graph.start: unknown node "x"`}}}}
 	srv := httptest.NewServer(s.Handler())
 	t.Cleanup(func() {
@@ -171,7 +175,7 @@ func serveFlows(t testing.TB, defs map[string]string, store flow.Store, resolve 
 		cancel()
 		engine.Close(expired)
 	})
-	return &fixture{url: srv.URL, srv: srv, engine: engine, logs: logs}
+	return &fixture{url: srv.URL, srv: srv, engine: engine, logs: logs, ws: ws}
 }
 
 type sseEvent struct {
@@ -561,7 +565,7 @@ func TestErrors(t *testing.T) {
 		{"unknown field", "POST", "/flow/execute", `{"flow_id": "calc", "input": "x", "flowid": "y"}`, "application/json", nil, 400,
 			`{"error":{"code":"invalid_json","message":"the body is not a valid JSON object: unknown field \"flowid\""}}`},
 		{"missing fields", "POST", "/flow/execute", `{}`, "application/json", nil, 400,
-			`{"error":{"code":"invalid_request","message":"invalid request","fields":[{"field":"flow_id","message":"is required"},{"field":"input","message":"is required"}]}}`},
+			`{"error":{"code":"invalid_request","message":"invalid request","fields":[{"field":"flow_id","message":"is required"},{"field":"input","message":"is required, unless objective is given"}]}}`},
 		{"wrong type", "POST", "/flow/execute", `{"flow_id": "calc", "input": 5}`, "application/json", nil, 400,
 			`{"error":{"code":"invalid_request","message":"invalid request","fields":[{"field":"input","message":"must be a JSON string"}]}}`},
 		{"bad instance id", "POST", "/flow/execute", `{"flow_id": "calc", "input": "x", "instance_id": "abc"}`, "application/json", nil, 400,
@@ -577,7 +581,7 @@ func TestErrors(t *testing.T) {
 		{"run in progress", "POST", "/flow/execute", `{"flow_id": "calc", "input": "x", "instance_id": "` + busy + `"}`, "application/json", nil, 409,
 			`{"error":{"code":"run_in_progress","message":"instance ` + busy + `: a run is in progress on this instance"}}`},
 		{"GET execute without input", "GET", "/flow/execute?flow_id=calc", "", "", nil, 400,
-			`{"error":{"code":"invalid_request","message":"invalid request","fields":[{"field":"input","message":"is required"}]}}`},
+			`{"error":{"code":"invalid_request","message":"invalid request","fields":[{"field":"input","message":"is required, unless objective is given"}]}}`},
 		{"unknown flow definition", "GET", "/flow/nope", "", "", nil, 404, `{"error":{"code":"not_found","message":"flow \"nope\": not found"}}`},
 		{"create instance of unknown flow", "POST", "/flow/instances", `{"flow_id": "nope"}`, "application/json", nil, 404,
 			`{"error":{"code":"not_found","message":"flow \"nope\": not found"}}`},

@@ -3,6 +3,7 @@
 package api
 
 import (
+	"bytes"
 	"crypto/subtle"
 	"encoding/json"
 	"errors"
@@ -22,6 +23,7 @@ import (
 	"github.com/go-playground/validator/v10"
 
 	"superego/flow"
+	"superego/tools"
 )
 
 // MaxBody is the largest request body accepted.
@@ -31,6 +33,7 @@ const MaxBody = 1 << 20
 // name for /healthz; AdminToken, when set, opens the research view.
 type Server struct {
 	Engine     *flow.Engine
+	Workspaces *tools.Workspaces // for /flow/instances/{id}/files/…; nil: none
 	Refused    []flow.Refused
 	Model      string
 	AdminToken string
@@ -64,6 +67,7 @@ func (s *Server) Handler() http.Handler {
 	r.Get("/flow/instances/{id}", s.handler(s.getInstance))
 	r.Get("/flow/instances/{id}/stream", s.handler(s.streamInstance))
 	r.Post("/flow/instances/{id}/cancel", s.handler(s.cancel))
+	r.Get("/flow/instances/{id}/files/*", s.handler(s.file))
 	r.NotFound(s.handler(func(w http.ResponseWriter, r *http.Request) error {
 		return &Error{Status: http.StatusNotFound, Code: "not_found", Message: "no route " + r.Method + " " + r.URL.Path}
 	}))
@@ -138,8 +142,34 @@ func (s *Server) getFlow(w http.ResponseWriter, r *http.Request) error {
 
 type executeRequest struct {
 	FlowID     string `json:"flow_id" validate:"required"`
-	Input      string `json:"input" validate:"required"`
+	Input      string `json:"input" validate:"required_without=Objective,excluded_with=Objective"`
 	InstanceID string `json:"instance_id,omitempty" validate:"omitempty,uuid"`
+
+	// A task for a worker-checker flow, instead of input.
+	Objective      string          `json:"objective,omitempty"`
+	ExpectedOutput string          `json:"expected_output,omitempty" validate:"excluded_without=Objective"`
+	Inputs         json.RawMessage `json:"inputs,omitempty" validate:"excluded_without=Objective"`
+}
+
+// message is the run's input: the input, or the task as the worker's
+// message.
+func (req *executeRequest) message() string {
+	if req.Objective == "" {
+		return req.Input
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "Current time: %s\nYour workspace is your working directory: give the workspace tools paths relative to it.\n\nObjective:\n%s\n", time.Now().UTC().Format("2006-01-02 15:04 UTC"), req.Objective)
+	if req.ExpectedOutput != "" {
+		fmt.Fprintf(&b, "\nExpected output:\n%s\n", req.ExpectedOutput)
+	}
+	if len(req.Inputs) > 0 {
+		var indented bytes.Buffer
+		if json.Indent(&indented, req.Inputs, "", "  ") != nil {
+			indented.Write(req.Inputs)
+		}
+		fmt.Fprintf(&b, "\nInput:\n%s\n", indented.String())
+	}
+	return b.String()
 }
 
 // executePost serves POST /flow/execute.
@@ -176,7 +206,7 @@ func (s *Server) execute(w http.ResponseWriter, r *http.Request, req executeRequ
 	if wantsJSON(r) {
 		return s.collect(w, r, req)
 	}
-	sub, err := s.Engine.Start(r.Context(), req.FlowID, req.InstanceID, req.Input)
+	sub, err := s.Engine.Start(r.Context(), req.FlowID, req.InstanceID, req.message())
 	if err != nil {
 		return err
 	}
@@ -220,6 +250,10 @@ var fieldMessages = map[string]string{
 	"uuid":     "must be an instance id (a UUID)",
 	"gte":      "must be at least %s",
 	"lte":      "must be at most %s",
+	// These name another field by its Go name; the JSON name is its lower case.
+	"required_without": "is required, unless %s is given",
+	"excluded_with":    "cannot be given with %s",
+	"excluded_without": "needs %s",
 }
 
 // check validates a request struct; every failing field is named.
@@ -233,7 +267,7 @@ func check(v any) error {
 	for _, fe := range verrs {
 		msg := fieldMessages[fe.Tag()]
 		if strings.Contains(msg, "%s") {
-			msg = fmt.Sprintf(msg, fe.Param())
+			msg = fmt.Sprintf(msg, strings.ToLower(fe.Param()))
 		}
 		if msg == "" {
 			msg = "is invalid"

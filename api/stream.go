@@ -64,7 +64,7 @@ type runResult struct {
 // ends. If the client goes away, the run goes on all the same.
 func (s *Server) collect(w http.ResponseWriter, r *http.Request, req executeRequest) error {
 	res := runResult{Steps: []flow.Step{}}
-	err := s.Engine.Run(r.Context(), req.FlowID, req.InstanceID, req.Input, func(ev flow.Event) {
+	err := s.Engine.Run(r.Context(), req.FlowID, req.InstanceID, req.message(), func(ev flow.Event) {
 		switch d := ev.Data.(type) {
 		case flow.RunStart:
 			res.InstanceID = d.InstanceID

@@ -116,7 +116,7 @@ func TestShippedFlowsLoad(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cat := flow.Catalog{Tools: []string{"calculator", "code_analyzer", "search"}, Providers: []string{"anthropic", "offline", "ollama", "openai"}, Texts: texts}
+	cat := flow.Catalog{Tools: []string{"calculator", "code_analyzer", "delete_file", "list_files", "read_file", "search", "write_file"}, Providers: []string{"anthropic", "offline", "ollama", "openai"}, Texts: texts}
 	flows, refused, err := flow.LoadDir("../flows", cat)
 	if err != nil || len(refused) > 0 {
 		t.Fatalf("err %v, refused %+v", err, refused)

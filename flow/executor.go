@@ -17,9 +17,10 @@ type Agent interface {
 
 // Task is everything a node's agent is given for one iteration.
 type Task struct {
-	FlowID string
-	Node   *Node
-	StepID string // of the step this iteration will append
+	FlowID     string
+	InstanceID string
+	Node       *Node
+	StepID     string // of the step this iteration will append
 
 	History      []Step // earlier turns, hidden fields removed
 	UserMessage  string // the message that opened this turn
@@ -38,9 +39,12 @@ type Reply struct {
 	AgentGuidance string
 	Response      string
 	ToolUsage     []ToolUse
-	Model         string
-	Usage         *Usage
-	Latency       time.Duration
+	// Final says the tool calls ended the node's turn, and Decision
+	// stands: a worker that has written its output is done.
+	Final   bool
+	Model   string
+	Usage   *Usage
+	Latency time.Duration
 }
 
 // Executor runs turns of flow instances. Its zero value needs an Agent.
@@ -274,7 +278,7 @@ func (r *runner) act(ctx context.Context, node *Node) (Step, error) {
 // decide sets the step's decision (and fallback, where the reply had no
 // valid one) and returns the next node, "" for the end.
 func decide(node *Node, allowed []string, reply Reply, s *Step) (string, error) {
-	if len(reply.ToolUsage) > 0 {
+	if len(reply.ToolUsage) > 0 && !reply.Final {
 		s.Decision = NeedsTool
 		if target, ok := node.Target(NeedsTool); ok {
 			return target, nil
@@ -325,6 +329,7 @@ func truncate(s string, n int) string {
 func (r *runner) task(node *Node) *Task {
 	t := &Task{
 		FlowID:      r.t.FlowID,
+		InstanceID:  r.t.InstanceID,
 		Node:        node,
 		StepID:      strconv.Itoa(len(r.steps) + 1),
 		UserMessage: r.t.Input,

@@ -26,13 +26,16 @@ type Set map[string]Tool
 // Names lists the set's tool names, sorted.
 func (s Set) Names() []string { return slices.Sorted(maps.Keys(s)) }
 
-// Builtin returns the built-in tools; search uses the given backend.
-func Builtin(search *Search) Set {
-	return Set{
+// Builtin returns the built-in tools; search uses the given backend, the
+// workspace tools the given workspaces.
+func Builtin(search *Search, ws *Workspaces) Set {
+	set := Set{
 		"calculator":    Calculator(),
 		"search":        search.Tool(),
 		"code_analyzer": CodeAnalyzer(),
 	}
+	maps.Copy(set, ws.Tools())
+	return set
 }
 
 // stringArg decodes {"<name>": "..."}, the argument shape of every built-in tool.

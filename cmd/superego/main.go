@@ -120,7 +120,8 @@ func openStore(cfg config) (flow.Store, func() error, error) {
 // wire builds the engine from the configuration: flows, tools, models and
 // the store. closeStore releases the store once the engine is done with it.
 func wire(cfg config, log *slog.Logger) (engine *flow.Engine, refused []flow.Refused, providers *agents.Providers, closeStore func() error, err error) {
-	set := tools.Builtin(&tools.Search{URL: cfg.SearchURL})
+	workspaces := &tools.Workspaces{Root: cfg.Workspaces}
+	set := tools.Builtin(&tools.Search{URL: cfg.SearchURL}, workspaces)
 	texts, err := flow.Constitutions(cfg.Constitutions)
 	if err != nil {
 		return nil, nil, nil, nil, err
@@ -144,7 +145,7 @@ func wire(cfg config, log *slog.Logger) (engine *flow.Engine, refused []flow.Ref
 	if err != nil {
 		return nil, nil, nil, nil, err
 	}
-	agent := &agents.Agent{Model: providers.Model, Tools: set, Timeout: cfg.ModelTimeout}
+	agent := &agents.Agent{Model: providers.Model, Tools: set, Timeout: cfg.ModelTimeout, Workspaces: workspaces}
 	engine = &flow.Engine{Flows: flows, Exec: &flow.Executor{Agent: agent}, Store: store, MaxRuns: cfg.MaxRuns, Log: log}
 	return engine, refused, providers, closeStore, nil
 }
@@ -168,7 +169,7 @@ func serve(ctx context.Context, cfg config, stdout, stderr io.Writer, ready chan
 	}
 	model, _ := providers.Model("")
 	srv := &http.Server{
-		Handler:           (&api.Server{Engine: engine, Refused: refused, Model: healthModel(model.Name), AdminToken: cfg.AdminToken, Log: log}).Handler(),
+		Handler:           (&api.Server{Engine: engine, Workspaces: &tools.Workspaces{Root: cfg.Workspaces}, Refused: refused, Model: healthModel(model.Name), AdminToken: cfg.AdminToken, Log: log}).Handler(),
 		ReadHeaderTimeout: 10 * time.Second,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
@@ -221,7 +222,7 @@ func validateFlows(cfg config, files []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "superego validate:", err)
 		return exitUsage
 	}
-	cat := flow.Catalog{Tools: tools.Builtin(nil).Names(), Providers: agents.ProviderNames, Texts: texts}
+	cat := flow.Catalog{Tools: tools.Builtin(nil, &tools.Workspaces{Root: cfg.Workspaces}).Names(), Providers: agents.ProviderNames, Texts: texts}
 	var refused []flow.Refused
 	var ok []string
 	if len(files) == 0 {
