@@ -49,6 +49,7 @@ func (a *Agent) Act(ctx context.Context, t *flow.Task, emit func(flow.Event)) (f
 		offered = append(offered, llms.Tool{Type: "function", Function: &llms.FunctionDefinition{
 			Name: tool.Name, Description: tool.Description, Parameters: tool.Parameters}})
 	}
+	offered = append(offered, offeredSupervision(t.Node)...)
 	stream := &responseStream{emit: func(delta string) {
 		emit(flow.Event{Name: flow.EventPartial, Data: flow.Partial{StepID: t.StepID, Node: t.Node.Name, AgentID: t.Node.AgentID, Delta: delta}})
 	}}
@@ -105,7 +106,7 @@ func (a *Agent) Act(ctx context.Context, t *flow.Task, emit func(flow.Event)) (f
 		if c.ID == "" { // some OpenAI-compatible servers omit it; tool results need one
 			c.ID = fmt.Sprintf("call_%s_%d", t.StepID, i+1)
 		}
-		use, err := a.call(tools.WithInstance(ctx, t.InstanceID), t.Node, c, timeout, emit)
+		use, err := a.call(tools.WithInstance(ctx, t.InstanceID), t, c, timeout, emit)
 		if err != nil {
 			return reply, err
 		}
@@ -169,7 +170,8 @@ func (a *Agent) endCycle(t *flow.Task, reply *flow.Reply) {
 
 // call runs one tool call. A tool's error goes back to the model as its
 // result; only a panic, a bug in the tool, fails the run.
-func (a *Agent) call(ctx context.Context, node *flow.Node, c llms.ToolCall, timeout time.Duration, emit func(flow.Event)) (use flow.ToolUse, err error) {
+func (a *Agent) call(ctx context.Context, t *flow.Task, c llms.ToolCall, timeout time.Duration, emit func(flow.Event)) (use flow.ToolUse, err error) {
+	node := t.Node
 	use = flow.ToolUse{ID: c.ID}
 	args := ""
 	if c.FunctionCall != nil {
@@ -191,6 +193,10 @@ func (a *Agent) call(ctx context.Context, node *flow.Node, c llms.ToolCall, time
 		}
 		emit(flow.Event{Name: flow.EventToolResult, Data: flow.ToolResult{Node: node.Name, ToolName: use.ToolName, Output: use.Output, Error: use.Error}})
 	}()
+	if strings.HasPrefix(use.ToolName, "supervised_") {
+		a.supervise(t, &use)
+		return use, nil
+	}
 	tool, ok := a.Tools[use.ToolName]
 	if !ok || !contains(node.Tools, use.ToolName) {
 		use.Error = fmt.Sprintf("no tool %q here; the tools are: %s", use.ToolName, strings.Join(node.Tools, ", "))

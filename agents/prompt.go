@@ -70,6 +70,9 @@ func messages(t *flow.Task, system string) []llms.MessageContent {
 		}
 	}
 	var b strings.Builder
+	if t.Context != "" {
+		b.WriteString("Rules and references for this conversation, highest priority first:\n" + t.Context + "\n\n")
+	}
 	if t.InputFrom == "" {
 		b.WriteString(t.Input)
 	} else {

@@ -68,6 +68,7 @@ func (s *Server) Handler() http.Handler {
 	r.Get("/flow/instances/{id}/stream", s.handler(s.streamInstance))
 	r.Post("/flow/instances/{id}/cancel", s.handler(s.cancel))
 	r.Get("/flow/instances/{id}/files/*", s.handler(s.file))
+	r.Post("/flow/instances/{id}/review", s.handler(s.review))
 	r.NotFound(s.handler(func(w http.ResponseWriter, r *http.Request) error {
 		return &Error{Status: http.StatusNotFound, Code: "not_found", Message: "no route " + r.Method + " " + r.URL.Path}
 	}))
@@ -275,6 +276,28 @@ func check(v any) error {
 		e.Fields = append(e.Fields, FieldError{fe.Field(), msg})
 	}
 	return e
+}
+
+type reviewRequest struct {
+	Approve *bool  `json:"approve" validate:"required"`
+	Note    string `json:"note"`
+}
+
+// review serves POST /flow/instances/{id}/review: a human's answer to a
+// supervisor's HUMAN_REVIEW. The run goes on, streamed as execute's is.
+func (s *Server) review(w http.ResponseWriter, r *http.Request) error {
+	var req reviewRequest
+	if err := decode(w, r, &req); err != nil {
+		return err
+	}
+	sub, err := s.Engine.StartReview(r.Context(), chi.URLParam(r, "id"), flow.Review{Approve: *req.Approve, Note: req.Note})
+	if err != nil {
+		return err
+	}
+	if wantsJSON(r) {
+		return collectSub(w, r, sub)
+	}
+	return s.stream(w, r, sub)
 }
 
 type createRequest struct {

@@ -59,28 +59,45 @@ type runResult struct {
 	Error      *flow.ErrorData `json:"error,omitempty"`
 }
 
+// add takes an event of the run into the result.
+func (res *runResult) add(ev flow.Event) {
+	switch d := ev.Data.(type) {
+	case flow.RunStart:
+		res.InstanceID = d.InstanceID
+	case flow.Step:
+		res.Steps = append(res.Steps, d)
+	case flow.ErrorData:
+		res.Error = &d
+	case flow.Done:
+		res.Status, res.Response = d.Status, d.Response
+	}
+}
+
 // collect runs the flow on this request's goroutine, gathering its events
 // as they are delivered, and writes the run as one JSON document once it
 // ends. If the client goes away, the run goes on all the same.
 func (s *Server) collect(w http.ResponseWriter, r *http.Request, req executeRequest) error {
 	res := runResult{Steps: []flow.Step{}}
-	err := s.Engine.Run(r.Context(), req.FlowID, req.InstanceID, req.message(), func(ev flow.Event) {
-		switch d := ev.Data.(type) {
-		case flow.RunStart:
-			res.InstanceID = d.InstanceID
-		case flow.Step:
-			res.Steps = append(res.Steps, d)
-		case flow.ErrorData:
-			res.Error = &d
-		case flow.Done:
-			res.Status, res.Response = d.Status, d.Response
-		}
-	})
-	if err != nil {
+	if err := s.Engine.Run(r.Context(), req.FlowID, req.InstanceID, req.message(), res.add); err != nil {
 		return err
 	}
+	return finish(w, res)
+}
+
+// collectSub gathers a started run's events, as collect does.
+func collectSub(w http.ResponseWriter, r *http.Request, sub *flow.Subscription) error {
+	defer sub.Close()
+	res := runResult{Steps: []flow.Step{}}
+	for ev := range sub.Events(r.Context()) {
+		res.add(ev)
+	}
+	return finish(w, res)
+}
+
+func finish(w http.ResponseWriter, res runResult) error {
 	if res.Status == "" {
-		// Stopped by shutdown: it resumes at the next start.
+		// Stopped by shutdown, or the client went away: the run goes on,
+		// or resumes at the next start.
 		return fmt.Errorf("run on instance %s interrupted: %w", res.InstanceID, flow.ErrClosed)
 	}
 	writeJSON(w, http.StatusOK, res)

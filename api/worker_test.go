@@ -78,21 +78,11 @@ type runResult struct {
 func runTask(t *testing.T, f *fixture) (runResult, string) {
 	t.Helper()
 	body := `{"flow_id": "worker_checker", "objective": "Write a short report on tides.", "expected_output": "report.md, ending with a conclusion", "inputs": {"audience": "children"}}`
-	req, _ := http.NewRequest(http.MethodPost, f.url+"/flow/execute", strings.NewReader(body))
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Accept", "application/json")
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
+	code, res, raw := post(t, f.url+"/flow/execute", body)
+	if code != 200 {
+		t.Fatalf("%d %s", code, raw)
 	}
-	defer resp.Body.Close()
-	var raw json.RawMessage
-	json.NewDecoder(resp.Body).Decode(&raw)
-	var res runResult
-	if err := json.Unmarshal(raw, &res); err != nil || resp.StatusCode != 200 {
-		t.Fatalf("%d %s", resp.StatusCode, raw)
-	}
-	return res, string(raw)
+	return res, raw
 }
 
 func TestWorkerPassesOnTheThirdCycle(t *testing.T) {

@@ -44,9 +44,10 @@ const (
 
 // Definition is a flow file as written: flows/ID.json.
 type Definition struct {
-	Name        string `json:"name" validate:"required"`
-	Description string `json:"description,omitempty"`
-	Graph       Graph  `json:"graph"`
+	Name        string        `json:"name" validate:"required"`
+	Description string        `json:"description,omitempty"`
+	Graph       Graph         `json:"graph"`
+	Context     []ContextItem `json:"context,omitempty" validate:"dive"` // rules and references each instance starts with
 }
 
 // Graph is the node graph of a flow definition.
@@ -68,6 +69,11 @@ type Node struct {
 	Model         string             `json:"model,omitempty" validate:"omitempty,model"`
 	MaxIterations int                `json:"max_iterations,omitempty" validate:"gte=0"`
 	Transitions   map[string]*string `json:"transitions" validate:"required,min=1,dive,keys,decision,endkeys"`
+	// A supervisor's permissions: which supervised_* tools it is offered.
+	AllowedActions []string `json:"allowed_actions,omitempty" validate:"dive,oneof=READ_ONLY MODIFY_CONTEXT"`
+	// What a superego whose model fails decides: "block" (the default)
+	// takes its BLOCK transition, "allow" its ACCEPT one.
+	OnError string `json:"on_error,omitempty" validate:"omitempty,oneof=allow block"`
 }
 
 // Problem is one thing wrong with a flow definition, at a JSON path.
@@ -321,6 +327,16 @@ func crossCheck(def *Definition, cat Catalog) []Problem {
 			add(base+".constitution", "a superego node needs a constitution")
 		case n.Type == InnerAgent && n.Constitution != "":
 			add(base+".constitution", "only superego nodes have a constitution; an inner agent has a system_prompt")
+		case n.Type == InnerAgent && len(n.AllowedActions) > 0:
+			add(base+".allowed_actions", "only superego nodes supervise")
+		case n.Type == InnerAgent && n.OnError != "":
+			add(base+".on_error", "only superego nodes have on_error")
+		}
+		if n.OnError != "" {
+			fallback := map[string]string{"allow": Accept, "block": Block}[n.OnError]
+			if _, ok := n.Target(fallback); !ok {
+				add(base+".on_error", "on_error %q needs a %s transition", n.OnError, fallback)
+			}
 		}
 	}
 	return out

@@ -149,7 +149,24 @@ func (s *Subscription) Idle() bool { return s.run == nil }
 // "", on a new instance; the subscription it returns sees the whole run.
 func (e *Engine) Start(ctx context.Context, flowID, instanceID, input string) (*Subscription, error) {
 	var sub *Subscription
-	run, turn, err := e.start(ctx, flowID, instanceID, input, func(run *liveRun) { sub = run.subscribe(nil, 0) })
+	run, turn, err := e.start(ctx, flowID, instanceID, input, nil, func(run *liveRun) { sub = run.subscribe(nil, 0) })
+	if err != nil {
+		return nil, err
+	}
+	go e.run(run, turn)
+	return sub, nil
+}
+
+// StartReview answers the human review an instance waits for, and goes on
+// with its run as Start does: approved, along the supervisor's ACCEPT
+// transition; rejected, along its BLOCK one.
+func (e *Engine) StartReview(ctx context.Context, instanceID string, review Review) (*Subscription, error) {
+	inst, err := e.Store.Get(ctx, instanceID)
+	if err != nil {
+		return nil, err
+	}
+	var sub *Subscription
+	run, turn, err := e.start(ctx, inst.FlowID, instanceID, "", &review, func(run *liveRun) { sub = run.subscribe(nil, 0) })
 	if err != nil {
 		return nil, err
 	}
@@ -166,7 +183,7 @@ func (e *Engine) Start(ctx context.Context, flowID, instanceID, input string) (*
 // that may block, a socket, wants Start: a subscription never holds a run
 // back.
 func (e *Engine) Run(ctx context.Context, flowID, instanceID, input string, watch func(Event)) error {
-	run, turn, err := e.start(ctx, flowID, instanceID, input, func(run *liveRun) { run.watch = watch })
+	run, turn, err := e.start(ctx, flowID, instanceID, input, nil, func(run *liveRun) { run.watch = watch })
 	if err != nil {
 		return err
 	}
@@ -176,7 +193,7 @@ func (e *Engine) Run(ctx context.Context, flowID, instanceID, input string, watc
 
 // start reserves the instance and lets attach hook a reader onto the run
 // before its first event; the caller runs it.
-func (e *Engine) start(ctx context.Context, flowID, instanceID, input string, attach func(*liveRun)) (*liveRun, Turn, error) {
+func (e *Engine) start(ctx context.Context, flowID, instanceID, input string, review *Review, attach func(*liveRun)) (*liveRun, Turn, error) {
 	f := e.Flows[flowID]
 	if f == nil {
 		return nil, Turn{}, fmt.Errorf("flow %q: %w", flowID, ErrNotFound)
@@ -207,11 +224,16 @@ func (e *Engine) start(ctx context.Context, flowID, instanceID, input string, at
 		}
 		st = Replay(events)
 	}
+	if review != nil && st.Status != StatusAwaitingReview {
+		e.release(instanceID)
+		e.wg.Done()
+		return nil, Turn{}, fmt.Errorf("instance %s is %s: %w", instanceID, st.Status, ErrNoReview)
+	}
 	run.mu.Lock()
 	attach(run)
 	run.seq = st.LastID
 	run.mu.Unlock()
-	return run, Turn{FlowID: flowID, Def: f.Def, InstanceID: instanceID, RunID: NewID(), Steps: st.Steps, Input: input}, nil
+	return run, Turn{FlowID: flowID, Def: f.Def, InstanceID: instanceID, RunID: NewID(), Steps: st.Steps, Input: input, Review: review}, nil
 }
 
 // run executes a reserved run to its end: the engine counts it in flight,

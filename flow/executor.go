@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -30,6 +31,17 @@ type Task struct {
 	GuidanceFrom string
 	ToolRounds   []Step   // this node's NEEDS_TOOL steps just before, oldest first
 	Decisions    []string // what the model may decide
+	Context      string   // the instance's active rules and references, rendered; for inner agents
+
+	// For a supervisor (a node with allowed_actions): the instance's
+	// visible steps, this turn's included, and its rules and references.
+	Supervision *Supervision
+}
+
+// Supervision is what a supervisor's tools work on.
+type Supervision struct {
+	Steps   []Step
+	Context []ContextItem
 }
 
 // Reply is what an agent's model answered.
@@ -51,6 +63,9 @@ type Reply struct {
 type Executor struct {
 	Agent Agent
 	Now   func() time.Time // default time.Now
+	// Context is rules and references every instance of every flow starts
+	// with, before its flow's own.
+	Context []ContextItem
 }
 
 // Turn is one run of an instance: the input that starts it and the log it
@@ -62,7 +77,14 @@ type Turn struct {
 	RunID      string
 	Steps      []Step // the instance's log before this run
 	Input      string
-	Resume     bool // continue the interrupted run the log ends with; Input is unused
+	Resume     bool    // continue the interrupted run the log ends with; Input is unused
+	Review     *Review // answer the human review the log ends with; Input is unused
+}
+
+// Review is a human's answer to a supervisor's HUMAN_REVIEW.
+type Review struct {
+	Approve bool
+	Note    string
 }
 
 // Outcome is how a run ended.
@@ -86,6 +108,7 @@ func (x *Executor) Run(ctx context.Context, t Turn, emit func(Event) error) Outc
 	// Room for a typical turn's steps, so appending rarely copies the log.
 	steps := append(make([]Step, 0, len(t.Steps)+6), t.Steps...)
 	r := &runner{x: x, t: t, now: now, emit: emit, steps: steps, iters: map[string]int{}}
+	r.contextual = len(x.Context) > 0 || len(t.Def.Context) > 0 || t.Def.supervised()
 	out := r.run(ctx)
 	if out.Status == statusInterrupted {
 		return out
@@ -107,6 +130,9 @@ type runner struct {
 	steps []Step
 	iters map[string]int
 	turn  int // index in steps of this turn's user step
+	// contextual: the flow has rules, references or supervisors, so tasks
+	// carry the instance's context.
+	contextual bool
 }
 
 func (r *runner) send(name string, data any) error {
@@ -144,6 +170,15 @@ func (r *runner) run(ctx context.Context) Outcome {
 			return Outcome{Status: status, Response: response} // it had ended; only done was missing
 		}
 		cur = *last.NextAgent
+	} else if r.t.Review != nil {
+		next, status, err := r.review()
+		if err != nil {
+			return Outcome{Status: StatusFailed, Err: err}
+		}
+		if next == "" {
+			return Outcome{Status: status, Response: r.t.Review.Note}
+		}
+		cur = next
 	} else {
 		cur = g.Start
 		if n := len(r.steps); n > 0 {
@@ -184,10 +219,13 @@ func (r *runner) run(ctx context.Context) Outcome {
 		r.iters[cur]++
 
 		step, err := r.act(ctx, node)
+		if err != nil && ctx.Err() != nil && !errors.Is(err, ErrTimeout) {
+			return r.stopped(ctx, response)
+		}
+		if err != nil && node.OnError != "" {
+			step, err = onError(node, err), nil
+		}
 		if err != nil {
-			if ctx.Err() != nil && !errors.Is(err, ErrTimeout) {
-				return r.stopped(ctx, response)
-			}
 			return Outcome{Status: StatusFailed, Response: response, Err: err}
 		}
 		if step.Response != "" {
@@ -216,11 +254,54 @@ func (r *runner) stopped(ctx context.Context, response string) Outcome {
 // log ends without done, which is how the next start finds it.
 const statusInterrupted = "interrupted"
 
+// onError is the step of a superego whose model failed, deciding as its
+// on_error says: "allow" takes ACCEPT, "block" BLOCK.
+func onError(node *Node, err error) Step {
+	d := map[string]string{"allow": Accept, "block": Block}[node.OnError]
+	s := Step{AgentID: node.AgentID, Node: node.Name, Role: RoleAssistant, Constitution: node.Constitution, Decision: d,
+		Fallback: fmt.Sprintf("the model failed (%v); on_error %q decided %s", err, node.OnError, d)}
+	if target, _ := node.Target(d); target != "" {
+		s.NextAgent = &target
+	}
+	return s
+}
+
+// review appends the human's answer to the HUMAN_REVIEW the log ends with,
+// and says where the run goes: the supervisor's ACCEPT transition when it
+// was approved, its BLOCK one when not; "" and the status when it ends.
+func (r *runner) review() (next, status string, err error) {
+	for i, s := range r.steps {
+		if s.Role == RoleUser {
+			r.turn = i
+		}
+	}
+	r.t.Input = r.steps[r.turn].Response // the message the turn is about
+	last := r.steps[len(r.steps)-1]
+	node := r.t.Def.Graph.Nodes[last.Node]
+	d, verdict, status := Accept, "APPROVED", StatusCompleted
+	if !r.t.Review.Approve {
+		d, verdict, status = Block, "REJECTED", StatusBlocked
+	}
+	step := Step{AgentID: "human_review", Node: last.Node, Role: RoleSystem, Input: last.Input, Decision: verdict, Response: r.t.Review.Note}
+	target := ""
+	if node != nil {
+		target, _ = node.Target(d)
+	}
+	if target != "" {
+		step.NextAgent = &target
+	}
+	return target, status, r.appendStep(step)
+}
+
 // ending reports whether a run ends after step, and how.
 func ending(step Step, node *Node) (status string, end bool) {
 	switch {
 	case step.Decision == NeedsClarification:
 		return StatusAwaitingInput, true
+	case step.Decision == HumanReview:
+		return StatusAwaitingReview, true
+	case step.Decision == "REJECTED" && step.Role == RoleSystem && step.NextAgent == nil:
+		return StatusBlocked, true // a human rejected what a supervisor sent for review
 	case step.NextAgent == nil && step.Decision == Block && node != nil && node.Type == Superego:
 		return StatusBlocked, true
 	case step.NextAgent == nil:
@@ -346,11 +427,30 @@ func (r *runner) task(node *Node) *Task {
 		i--
 	}
 	t.ToolRounds = this[i:]
+	if r.contextual {
+		items := InstanceContext(append(slices.Clone(r.x.Context), r.t.Def.Context...), r.steps)
+		if node.Type == InnerAgent {
+			t.Context = RenderContext(items)
+		}
+		if len(node.AllowedActions) > 0 {
+			visible := make([]Step, len(r.steps))
+			for i, s := range r.steps {
+				s.Thinking, s.AgentGuidance = "", ""
+				visible[i] = s
+			}
+			t.Supervision = &Supervision{Steps: visible, Context: items}
+		}
+	}
 	if i > 0 {
 		t.Guidance, t.GuidanceFrom = this[i-1].AgentGuidance, this[i-1].AgentID
 	}
 	for j := len(this) - 1; j >= 0; j-- {
-		if s := this[j]; s.Response != "" && r.t.Def.Graph.Nodes[s.Node].Type == InnerAgent {
+		s := this[j]
+		if s.Response != "" && s.Decision == Modify {
+			t.Input = s.Response // the user's message, as a supervisor rewrote it
+			break
+		}
+		if s.Response != "" && r.t.Def.Graph.Nodes[s.Node].Type == InnerAgent {
 			t.Input, t.InputFrom = s.Response, s.AgentID
 			break
 		}

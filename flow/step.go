@@ -135,6 +135,7 @@ var (
 	ErrTooMany  = errors.New("too many runs in flight")
 	ErrClosed   = errors.New("the server is shutting down")
 	ErrIdle     = errors.New("no run in progress")
+	ErrNoReview = errors.New("the instance is not awaiting review")
 
 	// Errors a run can fail with; each has a stable code (ErrorCode).
 	ErrModelUnavailable = errors.New("model unavailable")

@@ -20,6 +20,8 @@ type config struct {
 	AdminToken    string
 	SearchURL     string
 	Workspaces    string
+	Rules         string
+	References    string
 	ModelTimeout  time.Duration
 	Grace         time.Duration
 	MaxRuns       int
@@ -70,6 +72,8 @@ func parseConfig(cmd string, args []string, getenv func(string) string, stderr i
 	fs.StringVar(&c.DB, "db", env("SUPEREGO_DB", "./superego.db"), `where instances are kept: a SQLite file, or "memory" (SUPEREGO_DB)`)
 	fs.StringVar(&c.Model, "model", env("SUPEREGO_MODEL", defaultModel), `default model, "provider:model": openai, anthropic, ollama or offline (SUPEREGO_MODEL)`)
 	fs.StringVar(&c.Workspaces, "workspaces", env("SUPEREGO_WORKSPACES", "./workspaces"), "where each instance's workspace directory is made, for the workspace tools (SUPEREGO_WORKSPACES)")
+	fs.StringVar(&c.Rules, "rules", env("SUPEREGO_RULES", "./rules"), "rules every instance starts with, one Markdown file each (SUPEREGO_RULES)")
+	fs.StringVar(&c.References, "references", env("SUPEREGO_REFERENCES", "./references"), "references every instance starts with, one Markdown file each (SUPEREGO_REFERENCES)")
 	fs.StringVar(&c.SearchURL, "search-url", env("SUPEREGO_SEARCH_URL", ""), "SearXNG instance for the search tool (SUPEREGO_SEARCH_URL)")
 	modelTimeout, grace, maxRuns := env("SUPEREGO_MODEL_TIMEOUT", "2m"), env("SUPEREGO_GRACE", "30s"), env("SUPEREGO_MAX_RUNS", "256")
 	fs.StringVar(&modelTimeout, "model-timeout", modelTimeout, "longest wait for one model or tool call (SUPEREGO_MODEL_TIMEOUT)")

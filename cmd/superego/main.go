@@ -141,12 +141,20 @@ func wire(cfg config, log *slog.Logger) (engine *flow.Engine, refused []flow.Ref
 	if _, err := providers.Model(""); err != nil {
 		return nil, nil, nil, nil, err
 	}
+	rules, err := flow.LoadContextDir(cfg.Rules, "rule")
+	if err != nil {
+		return nil, nil, nil, nil, err
+	}
+	references, err := flow.LoadContextDir(cfg.References, "reference")
+	if err != nil {
+		return nil, nil, nil, nil, err
+	}
 	store, closeStore, err := openStore(cfg)
 	if err != nil {
 		return nil, nil, nil, nil, err
 	}
 	agent := &agents.Agent{Model: providers.Model, Tools: set, Timeout: cfg.ModelTimeout, Workspaces: workspaces}
-	engine = &flow.Engine{Flows: flows, Exec: &flow.Executor{Agent: agent}, Store: store, MaxRuns: cfg.MaxRuns, Log: log}
+	engine = &flow.Engine{Flows: flows, Exec: &flow.Executor{Agent: agent, Context: append(rules, references...)}, Store: store, MaxRuns: cfg.MaxRuns, Log: log}
 	return engine, refused, providers, closeStore, nil
 }
 
