@@ -70,13 +70,13 @@ func messages(t *flow.Task, system string) []llms.MessageContent {
 		}
 	}
 	var b strings.Builder
-	if t.Context != "" {
-		b.WriteString("Rules and references for this conversation, highest priority first:\n" + t.Context + "\n\n")
-	}
 	if t.InputFrom == "" {
 		b.WriteString(t.Input)
 	} else {
 		b.WriteString("The user's message:\n" + t.UserMessage + "\n\nThe draft from " + t.InputFrom + ":\n" + t.Input)
+	}
+	if t.Context != "" {
+		b.WriteString("\n\nRules and references for this conversation, highest priority first:\n" + t.Context)
 	}
 	if t.Guidance != "" {
 		b.WriteString("\n\nGuidance from " + t.GuidanceFrom + " (hidden from the user):\n" + t.Guidance)
