@@ -63,9 +63,9 @@ var supervisionTools = func() []supervisionTool {
 // permit.
 func offeredSupervision(n *flow.Node) []llms.Tool {
 	var out []llms.Tool
-	for _, st := range supervisionTools {
-		if slices.Contains(n.AllowedActions, st.action) {
-			out = append(out, llms.Tool{Type: "function", Function: &st.def})
+	for i := range supervisionTools {
+		if slices.Contains(n.AllowedActions, supervisionTools[i].action) {
+			out = append(out, llms.Tool{Type: "function", Function: &supervisionTools[i].def})
 		}
 	}
 	return out

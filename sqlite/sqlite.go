@@ -82,8 +82,14 @@ type queued struct {
 const maxBatch = 512
 
 // Open opens (creating if need be) the database at path, in WAL mode.
+//
+// SQLite copies the WAL back into the database every 8000 pages (32 MiB)
+// rather than its default 1000: a checkpoint copies each page changed since
+// the last one once, and the pages runs change are mostly the same few at
+// the end of the log, so fewer checkpoints copy far fewer pages. Runs on a
+// sequential benchmark take about 10% less time for it.
 func Open(path string) (*Store, error) {
-	dsn := "file:" + path + "?_pragma=journal_mode(WAL)&_pragma=synchronous(NORMAL)&_pragma=busy_timeout(10000)&_pragma=foreign_keys(ON)"
+	dsn := "file:" + path + "?_pragma=journal_mode(WAL)&_pragma=synchronous(NORMAL)&_pragma=busy_timeout(10000)&_pragma=foreign_keys(ON)&_pragma=wal_autocheckpoint(8000)"
 	write, err := sql.Open("sqlite", dsn)
 	if err != nil {
 		return nil, fmt.Errorf("open %s: %w", path, err)
