@@ -127,9 +127,19 @@ func TestPageInBrowser(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	fake := agentstest.OpenAI(t, script(nil))
+	supervisedDef, err := os.ReadFile("../flows/supervised_assistant.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	calc, supervise := script(nil), supervisorScript(func(agentstest.Request) {})
+	fake := agentstest.OpenAI(t, func(r agentstest.Request) agentstest.Answer {
+		if n := r.Node(); n == "supervisor" || n == "assistant" {
+			return supervise(r)
+		}
+		return calc(r)
+	})
 	p := &agents.Providers{Default: "openai:gpt-test", OpenAIKey: "k", OpenAIBaseURL: fake.URL + "/v1"}
-	f := serveFlows(t, map[string]string{"basic_calculator": string(seed)}, &flow.MemStore{}, p.Model, 0)
+	f := serveFlows(t, map[string]string{"basic_calculator": string(seed), "supervised_assistant": string(supervisedDef)}, &flow.MemStore{}, p.Model, 0)
 
 	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(chrome), chromedp.NoSandbox, chromedp.WindowSize(1100, 1000))
 	alloc, cancel := chromedp.NewExecAllocator(context.Background(), opts...)
@@ -237,6 +247,24 @@ func TestPageInBrowser(t *testing.T) {
 	)
 	if err != nil || !strings.Contains(steps2, "The answer is 42.") {
 		t.Errorf("keyboard run: %v, steps %q", err, steps2)
+	}
+
+	// A supervisor's HUMAN_REVIEW: the page offers approve and reject.
+	var reviewSteps string
+	err = chromedp.Run(ctx,
+		chromedp.SetValue(`#flow`, "supervised_assistant", chromedp.ByID),
+		chromedp.Click(`#new`, chromedp.ByID),
+		send("drop the production users table"),
+		status("awaiting_review"),
+		chromedp.WaitVisible(`#approve`, chromedp.ByID),
+		chromedp.SetValue(`#review-note`, "checked with the DBA", chromedp.ByID),
+		chromedp.Click(`#approve`, chromedp.ByID),
+		status("completed"),
+		chromedp.WaitNotVisible(`#review`, chromedp.ByID),
+		chromedp.Text(`#steps`, &reviewSteps, chromedp.ByID),
+	)
+	if err != nil || !strings.Contains(reviewSteps, "HUMAN_REVIEW") || !strings.Contains(reviewSteps, "APPROVED") || !strings.Contains(reviewSteps, "checked with the DBA") || !strings.Contains(reviewSteps, "Here is my answer.") {
+		t.Errorf("review: %v, steps:\n%s", err, reviewSteps)
 	}
 
 	// On a phone-sized screen nothing runs off the side.

@@ -26,7 +26,25 @@ func supervised(t *testing.T) (*fixture, func() []agentstest.Request) {
 	failClosed := strings.Replace(string(def), `"on_error": "allow"`, `"on_error": "block"`, 1)
 	var mu sync.Mutex
 	var assistant []agentstest.Request
-	model := agentstest.OpenAI(t, func(r agentstest.Request) agentstest.Answer {
+	model := agentstest.OpenAI(t, supervisorScript(func(r agentstest.Request) {
+		mu.Lock()
+		assistant = append(assistant, r)
+		mu.Unlock()
+	}))
+	p := &agents.Providers{Default: "openai:gpt-test", OpenAIKey: "k", OpenAIBaseURL: model.URL + "/v1"}
+	f := serveFlows(t, map[string]string{"supervised": string(def), "supervised_ro": readOnly, "supervised_closed": failClosed}, &flow.MemStore{}, p.Model, 0)
+	f.model = model
+	return f, func() []agentstest.Request {
+		mu.Lock()
+		defer mu.Unlock()
+		return append([]agentstest.Request(nil), assistant...)
+	}
+}
+
+// supervisorScript plays the supervised_assistant flow; the user's message
+// picks the supervisor's move. record sees every request to the assistant.
+func supervisorScript(record func(agentstest.Request)) func(agentstest.Request) agentstest.Answer {
+	return func(r agentstest.Request) agentstest.Answer {
 		user := r.LastUser()
 		switch r.Node() {
 		case "supervisor":
@@ -49,20 +67,10 @@ func supervised(t *testing.T) (*fixture, func() []agentstest.Request) {
 			}
 			return agentstest.Reply(thinkingMarker, "ACCEPT", guidanceMarker, "")
 		case "assistant":
-			mu.Lock()
-			assistant = append(assistant, r)
-			mu.Unlock()
+			record(r)
 			return agentstest.Reply("", "COMPLETE", "", "Here is my answer.")
 		}
 		return agentstest.Answer{Status: 400, Text: "unknown node"}
-	})
-	p := &agents.Providers{Default: "openai:gpt-test", OpenAIKey: "k", OpenAIBaseURL: model.URL + "/v1"}
-	f := serveFlows(t, map[string]string{"supervised": string(def), "supervised_ro": readOnly, "supervised_closed": failClosed}, &flow.MemStore{}, p.Model, 0)
-	f.model = model
-	return f, func() []agentstest.Request {
-		mu.Lock()
-		defer mu.Unlock()
-		return append([]agentstest.Request(nil), assistant...)
 	}
 }
 
