@@ -12,18 +12,24 @@ import (
 // hookSettings is the hook configuration sg needs, in Claude Code's nested
 // settings form.
 func hookSettings() map[string]any {
-	entry := func(matcher, command string) map[string]any {
-		e := map[string]any{"hooks": []any{map[string]any{"type": "command", "command": command}}}
+	entry := func(matcher, command string, timeout int) map[string]any {
+		hook := map[string]any{"type": "command", "command": command}
+		if timeout > 0 {
+			hook["timeout"] = timeout // seconds
+		}
+		e := map[string]any{"hooks": []any{hook}}
 		if matcher != "" {
 			e["matcher"] = matcher
 		}
 		return e
 	}
 	return map[string]any{
-		"UserPromptSubmit": []any{entry("", "sg evaluate")},
-		"PreToolUse":       []any{entry("Edit|Write|Bash|Task|NotebookEdit|MultiEdit", "sg check")},
-		"PreCompact":       []any{entry("", "sg precompact")},
-		"SessionStart":     []any{entry("", "sg context-inject")},
+		// Longer than an evaluation's own timeout (60s by default), so that
+		// sg, not Claude Code, decides what a slow model means.
+		"UserPromptSubmit": []any{entry("", "sg evaluate", 90)},
+		"PreToolUse":       []any{entry("Edit|Write|Bash|Task|NotebookEdit|MultiEdit", "sg check", 0)},
+		"PreCompact":       []any{entry("", "sg precompact", 0)},
+		"SessionStart":     []any{entry("", "sg context-inject", 0)},
 	}
 }
 
