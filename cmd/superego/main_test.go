@@ -8,7 +8,10 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
+	"superego/agents/agentstest"
+	"sync"
 	"testing"
 	"time"
 )
@@ -180,5 +183,48 @@ func TestServeStartsAndShutsDown(t *testing.T) {
 	}
 	if !strings.Contains(logs.String(), `msg="flow refused" flow=broken`) || !strings.Contains(logs.String(), "not a language model") {
 		t.Errorf("logs:\n%s", logs.String())
+	}
+}
+
+// Rules and references in --rules and --references reach every inner
+// agent's prompt.
+func TestRulesFolder(t *testing.T) {
+	rules := t.TempDir()
+	os.WriteFile(filepath.Join(rules, "french.md"), []byte("priority: 3\n---\nAlways answer in French.\n"), 0o644)
+	os.WriteFile(filepath.Join(rules, "manual.md"), []byte("include: manual\n---\nMention the weather.\n"), 0o644)
+	var asked []agentstest.Request
+	var mu sync.Mutex
+	model := agentstest.OpenAI(t, func(r agentstest.Request) agentstest.Answer {
+		mu.Lock()
+		asked = append(asked, r)
+		mu.Unlock()
+		if r.Node() == "calculator" {
+			return agentstest.Reply("", "COMPLETE", "", "Cinquante.")
+		}
+		return agentstest.Reply("", "ACCEPT", "", "")
+	})
+	getenv := env(append(repoEnv, "OPENAI_API_KEY", "k", "OPENAI_BASE_URL", model.URL+"/v1", "SUPEREGO_MODEL", "openai:gpt-test",
+		"SUPEREGO_RULES", rules, "SUPEREGO_REFERENCES", filepath.Join(rules, "none"), "SUPEREGO_WORKSPACES", t.TempDir())...)
+	if code, out, errs := runCmd(t, getenv, "run", "basic_calculator", "What is 5*10?"); code != 0 {
+		t.Fatalf("run: %d\n%s\n%s", code, out, errs)
+	}
+	mu.Lock()
+	asked = slices.Clone(asked)
+	mu.Unlock()
+	if len(asked) != 2 {
+		t.Fatalf("%d model calls; want the superego's and the calculator's", len(asked))
+	}
+	for _, r := range asked {
+		prompt := r.LastUser()
+		if r.Node() == "calculator" && (!strings.Contains(prompt, "[rule: french]\nAlways answer in French.") || strings.Contains(prompt, "weather")) {
+			t.Errorf("the inner agent's prompt:\n%s", prompt)
+		}
+		if r.Node() == "input_superego" && strings.Contains(prompt, "French") {
+			t.Error("rules went to a superego; they are for inner agents")
+		}
+	}
+	os.WriteFile(filepath.Join(rules, "bad.md"), []byte("priority: high\n---\nx"), 0o644)
+	if code, _, errs := runCmd(t, getenv, "run", "basic_calculator", "x"); code == 0 || !strings.Contains(errs, "bad.md") {
+		t.Errorf("a broken rule file: %d %s", code, errs)
 	}
 }
