@@ -602,3 +602,19 @@ func BenchmarkCheckProcess(b *testing.B) {
 	slices.Sort(times)
 	b.ReportMetric(float64(times[len(times)/2].Microseconds())/1000, "median-ms")
 }
+
+func TestBadConfig(t *testing.T) {
+	for _, cfg := range []string{"mode: lenient\n", "timeout: 0s\n", "model: [\n"} {
+		p := newProject(t)
+		os.WriteFile(filepath.Join(p.dir, ".superego", "config.yaml"), []byte(cfg), 0o644)
+		p.setPhase(Ready)
+		// evaluate never blocks the prompt: a config it cannot use is a failed evaluation.
+		if code, _, stderr := p.sg(p.fixture("userpromptsubmit.json"), "evaluate"); code != 0 || !strings.Contains(stderr, "config.yaml") || p.state().Phase != "exploring" {
+			t.Errorf("%q: evaluate exit %d, %s, phase %s", cfg, code, stderr, p.state().Phase)
+		}
+		// check cannot know the mode: it denies, saying why.
+		if _, out, _ := p.sg(p.fixture("pretooluse_write.json"), "check"); !strings.Contains(decision(t, out).PermissionDecisionReason, "config.yaml") || decision(t, out).PermissionDecision != "deny" {
+			t.Errorf("%q: check %s", cfg, out)
+		}
+	}
+}

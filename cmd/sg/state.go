@@ -263,5 +263,8 @@ func (d Dir) config() (Config, error) {
 	if c.Mode != "gate" && c.Mode != "advise" {
 		return c, fmt.Errorf("config.yaml: mode %q: want gate or advise", c.Mode)
 	}
+	if c.Timeout <= 0 || c.TranscriptBudget <= 0 {
+		return c, errors.New("config.yaml: timeout and transcript_budget must be more than zero")
+	}
 	return c, nil
 }
