@@ -3,6 +3,7 @@ package api
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"mime"
 	"net/http"
 	"net/url"
@@ -34,12 +35,15 @@ func (s *Server) file(w http.ResponseWriter, r *http.Request) error {
 	if errors.Is(err, tools.ErrOutside) {
 		return &Error{Status: http.StatusBadRequest, Code: "invalid_path", Message: err.Error()}
 	}
+	var f *os.File
+	if err == nil {
+		f, err = os.Open(p)
+	}
+	if errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("no file %q in the workspace of instance %s: %w", rel, id, flow.ErrNotFound)
+	}
 	if err != nil {
 		return err
-	}
-	f, err := os.Open(p)
-	if err != nil {
-		return fmt.Errorf("no file %q in the workspace of instance %s: %w", rel, id, flow.ErrNotFound)
 	}
 	defer f.Close()
 	info, err := f.Stat()

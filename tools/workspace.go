@@ -47,14 +47,17 @@ func (w *Workspaces) limits() (file, total int64) {
 	return file, total
 }
 
-// dir is an instance's workspace, created on first use.
-func (w *Workspaces) dir(instance string) (string, error) {
+// dir is an instance's workspace; create makes it if it does not exist.
+// Only writing creates one: reading an instance's files never does.
+func (w *Workspaces) dir(instance string, create bool) (string, error) {
 	if !instanceRe.MatchString(instance) {
 		return "", fmt.Errorf("no workspace for instance %q", instance)
 	}
 	d := filepath.Join(w.Root, instance)
-	if err := os.MkdirAll(d, 0o755); err != nil {
-		return "", err
+	if create {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return "", err
+		}
 	}
 	return filepath.EvalSymlinks(d)
 }
@@ -62,7 +65,7 @@ func (w *Workspaces) dir(instance string) (string, error) {
 // Resolve turns a path given for an instance's workspace into a path on
 // disk inside it, or fails with ErrOutside.
 func (w *Workspaces) Resolve(instance, rel string) (string, error) {
-	dir, err := w.dir(instance)
+	dir, err := w.dir(instance, false)
 	if err != nil {
 		return "", err
 	}
@@ -139,6 +142,11 @@ func (w *Workspaces) args(ctx context.Context, raw json.RawMessage, defaultPath 
 }
 
 func (w *Workspaces) write(ctx context.Context, raw json.RawMessage) (string, error) {
+	if instance, _ := ctx.Value(instanceKey{}).(string); instance != "" {
+		if _, err := w.dir(instance, true); err != nil {
+			return "", err
+		}
+	}
 	instance, p, a, err := w.args(ctx, raw, "")
 	if err != nil {
 		return "", err
@@ -150,7 +158,7 @@ func (w *Workspaces) write(ctx context.Context, raw json.RawMessage) (string, er
 	if n := int64(len(*a.Content)); n > maxFile {
 		return "", fmt.Errorf("%d bytes is more than a file may hold (%d)", n, maxFile)
 	}
-	dir, _ := w.dir(instance)
+	dir, _ := w.dir(instance, false)
 	total, err := usage(dir, p)
 	if err != nil {
 		return "", err
@@ -222,6 +230,9 @@ func (w *Workspaces) read(ctx context.Context, raw json.RawMessage) (string, err
 
 func (w *Workspaces) list(ctx context.Context, raw json.RawMessage) (string, error) {
 	_, root, a, err := w.args(ctx, raw, ".")
+	if errors.Is(err, fs.ErrNotExist) && filepath.Clean(a.Path) == "." {
+		return "(no files)", nil // nothing written yet
+	}
 	if err != nil {
 		return "", err
 	}

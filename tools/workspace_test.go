@@ -81,7 +81,7 @@ func TestWorkspacePathEscapes(t *testing.T) {
 	ws := &tools.Workspaces{Root: root}
 	set := ws.Tools()
 	ctx := tools.WithInstance(context.Background(), "i")
-	call(t, set, ctx, "list_files", nil) // makes the workspace
+	call(t, set, ctx, "write_file", map[string]string{"path": "keep", "content": "k"}) // makes the workspace
 	dir := filepath.Join(root, "i")
 	os.Symlink(outside, filepath.Join(dir, "link"))
 	os.Symlink(filepath.Join(outside, "secret"), filepath.Join(dir, "secret-link"))
