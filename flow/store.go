@@ -91,11 +91,18 @@ func Summarize(inst Instance, events []Event) Summary {
 	return Summary{inst, st.Status, st.UpdatedAt, len(st.Steps)}
 }
 
-// NewID returns a random UUID (version 4).
+// NewID returns a UUID of version 7: the time in milliseconds, then
+// random bits. IDs made later sort later, so a store's index on them grows
+// at one end, in pages that are already in its cache, instead of in a
+// random page each time.
 func NewID() string {
 	var b [16]byte
-	rand.Read(b[:])
-	b[6] = b[6]&0x0f | 0x40
+	rand.Read(b[6:])
+	ms := time.Now().UnixMilli()
+	for i := 5; i >= 0; i-- {
+		b[i], ms = byte(ms), ms>>8
+	}
+	b[6] = b[6]&0x0f | 0x70
 	b[8] = b[8]&0x3f | 0x80
 	var s [36]byte
 	hex.Encode(s[0:8], b[0:4])

@@ -2,7 +2,9 @@ package sqlite_test
 
 import (
 	"context"
+	"database/sql"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -106,5 +108,97 @@ func TestWALStaysBounded(t *testing.T) {
 	// it stays near one checkpoint's worth.
 	if limit := int64(walPages) * 4096 * 3 / 2; fi.Size() > limit {
 		t.Errorf("WAL is %d bytes after %d commits (limit %d): checkpoints are not running", fi.Size(), commits, limit)
+	}
+}
+
+// A database written before instances moved into the log opens with every
+// instance, event and hidden field in place, and takes new events.
+func TestOpenMigratesSeparateInstances(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "superego.db")
+	db, err := sql.Open("sqlite", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Exec(`
+CREATE TABLE instances (id TEXT PRIMARY KEY, flow_id TEXT NOT NULL, created_at TEXT NOT NULL);
+CREATE TABLE log (
+	instance_id TEXT NOT NULL REFERENCES instances (id), first_seq INTEGER NOT NULL, last_seq INTEGER NOT NULL,
+	last_time TEXT NOT NULL, steps INTEGER NOT NULL, status TEXT, events TEXT NOT NULL, hidden TEXT,
+	PRIMARY KEY (instance_id, first_seq));
+CREATE TRIGGER log_only_grows BEFORE INSERT ON log
+WHEN NEW.first_seq <= (SELECT last_seq FROM log WHERE instance_id = NEW.instance_id ORDER BY first_seq DESC LIMIT 1)
+BEGIN SELECT RAISE(ABORT, 'event ids only grow'); END;
+INSERT INTO instances VALUES ('old', 'f', '2026-11-20T10:00:00.000000000Z'), ('new', 'g', '2026-11-20T11:00:00.000000000Z');
+INSERT INTO log VALUES ('old', 1, 2, '2026-11-20T10:00:02.000000000Z', 1, 'running',
+	'[{"id":1,"name":"run_start","time":"2026-11-20T10:00:01.000000000Z","data":{"instance_id":"old","run_id":"r","flow_id":"f"}},{"id":2,"name":"complete_step","time":"2026-11-20T10:00:02.000000000Z","data":{"step_id":"1","agent_id":"a","role":"assistant","input":"","response":"hi","next_agent":null}}]',
+	'{"2":{"thinking":"T-old","agent_guidance":"G-old"}}'),
+	('old', 3, 3, '2026-11-20T10:00:03.000000000Z', 0, 'completed',
+	'[{"id":3,"name":"done","time":"2026-11-20T10:00:03.000000000Z","data":{"instance_id":"old","status":"completed","response":"hi"}}]', NULL);`); err != nil {
+		t.Fatal(err)
+	}
+	db.Close()
+
+	s, err := sqlite.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	ctx := context.Background()
+	inst, err := s.Get(ctx, "old")
+	if err != nil || inst.FlowID != "f" || inst.CreatedAt.Hour() != 10 {
+		t.Fatalf("get: %+v %v", inst, err)
+	}
+	events, err := s.Events(ctx, "old", 0)
+	if err != nil || len(events) != 3 {
+		t.Fatalf("%d events, %v", len(events), err)
+	}
+	if step := events[1].Data.(flow.Step); step.Response != "hi" || step.Thinking != "T-old" || step.AgentGuidance != "G-old" {
+		t.Errorf("step: %+v", step)
+	}
+	list, err := s.List(ctx, flow.ListOptions{})
+	if err != nil || len(list) != 2 {
+		t.Fatalf("list: %+v %v", list, err)
+	}
+	if got := fmt.Sprint(list[0].ID, list[0].Status, list[0].Steps, " ", list[1].ID, list[1].Status, list[1].Steps, " ", list[1].UpdatedAt.Format(time.TimeOnly)); got != "newnew0 oldcompleted1 10:00:03" {
+		t.Errorf("list: %s", got)
+	}
+	if err := flow.Wait(func(done func(error)) { s.Append("old", stepEvent(3), done) }); err == nil {
+		t.Error("event 3 appended twice")
+	}
+	if err := flow.Wait(func(done func(error)) { s.Append("new", stepEvent(1), done) }); err != nil {
+		t.Errorf("append after migrating: %v", err)
+	}
+	db, err = sql.Open("sqlite", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	var tables string
+	if err := db.QueryRow(`SELECT group_concat(name, ' ') FROM (SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name)`).Scan(&tables); err != nil || tables != "log" {
+		t.Errorf("tables after migrating: %q %v", tables, err)
+	}
+}
+
+// A create and an append queued together both land, whether one commit
+// takes them or two, and an event for an instance nobody created fails
+// alone.
+func TestBatchCreatesAndAppends(t *testing.T) {
+	s := open(t)
+	errs := make(chan error, 3)
+	s.Create(flow.Instance{ID: "i", FlowID: "f", CreatedAt: time.Now()}, func(err error) { errs <- err })
+	s.Append("i", stepEvent(1), func(err error) { errs <- err })
+	s.Append("nobody", stepEvent(1), func(err error) { errs <- err })
+	if err := <-errs; err != nil {
+		t.Errorf("create: %v", err)
+	}
+	if err := <-errs; err != nil {
+		t.Errorf("append: %v", err)
+	}
+	if err := <-errs; err == nil {
+		t.Error("appended to an instance nobody created")
+	}
+	events, err := s.Events(context.Background(), "i", 0)
+	if err != nil || len(events) != 1 {
+		t.Errorf("%d events, %v", len(events), err)
 	}
 }
