@@ -232,7 +232,7 @@ func (s *Store) commitTx(batch []queued) error {
 		seg := byInstance[w.id]
 		if w.inst != nil {
 			if seg != nil {
-				return fmt.Errorf("instance %s is created after its events", w.id)
+				return fmt.Errorf("instance %s is created in a batch that already holds it", w.id) // committed one by one, the second write fails alone
 			}
 			seg = &segment{id: w.id, flowID: w.inst.FlowID, createdAt: w.inst.CreatedAt.UTC().Format(timeFormat)}
 			seg.lastTime = append(seg.lastTime, seg.createdAt...)
