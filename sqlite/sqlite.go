@@ -354,21 +354,24 @@ func (s *Store) Get(ctx context.Context, id string) (flow.Instance, error) {
 	return inst, err
 }
 
+// Events reads the instance's first row, which says it exists, with the
+// segments after event after, in one query.
 func (s *Store) Events(ctx context.Context, id string, after int64) ([]flow.Event, error) {
-	if _, err := s.Get(ctx, id); err != nil {
-		return nil, err
-	}
-	rows, err := s.read.QueryContext(ctx, `SELECT events, hidden FROM log WHERE instance_id = ? AND last_seq > ? AND events IS NOT NULL ORDER BY first_seq`, id, after)
+	rows, err := s.read.QueryContext(ctx, `SELECT events, hidden FROM log WHERE instance_id = ? AND (flow_id IS NOT NULL OR last_seq > ?) ORDER BY first_seq`, id, after)
 	if err != nil {
 		return nil, fmt.Errorf("events of %s: %w", id, err)
 	}
 	defer rows.Close()
+	found := false
 	var out []flow.Event
 	for rows.Next() {
-		var events string
-		var hidden sql.NullString
+		found = true
+		var events, hidden sql.NullString
 		if err := rows.Scan(&events, &hidden); err != nil {
 			return nil, err
+		}
+		if !events.Valid {
+			continue // an instance's first row, created without a run
 		}
 		var seg []struct {
 			ID   int64           `json:"id"`
@@ -377,7 +380,7 @@ func (s *Store) Events(ctx context.Context, id string, after int64) ([]flow.Even
 			Data json.RawMessage `json:"data"`
 		}
 		h := map[string]flow.Hidden{}
-		if err := json.Unmarshal([]byte(events), &seg); err != nil {
+		if err := json.Unmarshal([]byte(events.String), &seg); err != nil {
 			return nil, fmt.Errorf("events of %s: %w", id, err)
 		}
 		if hidden.Valid {
@@ -399,7 +402,13 @@ func (s *Store) Events(ctx context.Context, id string, after int64) ([]flow.Even
 			out = append(out, e)
 		}
 	}
-	return out, rows.Err()
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	if !found {
+		return nil, fmt.Errorf("instance %q: %w", id, flow.ErrNotFound)
+	}
+	return out, nil
 }
 
 // List derives each instance's summary in one query from its segments:
