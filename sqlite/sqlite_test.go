@@ -202,3 +202,33 @@ func TestBatchCreatesAndAppends(t *testing.T) {
 		t.Errorf("%d events, %v", len(events), err)
 	}
 }
+
+// A database the migration cannot move, one from before the log had its
+// segments, is refused with what went wrong, and left as it was.
+func TestOpenRefusesADatabaseItCannotMove(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "superego.db")
+	db, err := sql.Open("sqlite", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Exec(`CREATE TABLE instances (id TEXT PRIMARY KEY, flow_id TEXT NOT NULL, created_at TEXT NOT NULL);
+CREATE TABLE events (instance_id TEXT NOT NULL, seq INTEGER NOT NULL, data TEXT NOT NULL);
+INSERT INTO instances VALUES ('i', 'f', '2026-11-20T10:00:00.000000000Z');`); err != nil {
+		t.Fatal(err)
+	}
+	db.Close()
+	_, err = sqlite.Open(path)
+	want := "open " + path + ": move instances into the log, as this version keeps them: "
+	if err == nil || !strings.HasPrefix(err.Error(), want) || !strings.Contains(err.Error(), "no such table: log") {
+		t.Fatalf("open: %v, want %q and no such table: log", err, want)
+	}
+	db, err = sql.Open("sqlite", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	var n int
+	if err := db.QueryRow(`SELECT count(*) FROM instances`).Scan(&n); err != nil || n != 1 {
+		t.Errorf("instances after the refusal: %d %v", n, err)
+	}
+}
