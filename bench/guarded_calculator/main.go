@@ -167,29 +167,34 @@ func runFlow(e *flow.Engine, c *client) error {
 }
 
 // direct runs the same agents in a plain loop: the workload's routing by
-// hand, the same client, no engine, no store, no events but the steps.
+// hand, the same client, no engine, no store, no events but the steps. The
+// steps are the records the engine streams (SPEC §2), field for field, so
+// that the client encodes the same bytes in both.
 func (b *bench) direct(c *client) error {
 	g := b.def.Graph
-	node, guidance, from := g.Nodes["input_superego"], "", ""
+	node, input, from, guidance, guidanceFrom := g.Nodes["input_superego"], userInput, "", "", ""
 	var rounds []flow.Step
 	for n := 1; node != nil; n++ {
-		t := &flow.Task{Node: node, StepID: fmt.Sprint(n + 1), UserMessage: userInput, Input: userInput,
-			Guidance: guidance, GuidanceFrom: from, ToolRounds: rounds, Decisions: node.Decisions()}
+		t := &flow.Task{Node: node, StepID: fmt.Sprint(n + 1), UserMessage: userInput, Input: input, InputFrom: from,
+			Guidance: guidance, GuidanceFrom: guidanceFrom, ToolRounds: rounds, Decisions: node.Decisions()}
 		r, err := b.agent0.Act(context.Background(), t, func(flow.Event) {})
 		if err != nil {
 			return err
 		}
 		s := flow.Step{StepID: t.StepID, AgentID: node.AgentID, Node: node.Name, Timestamp: time.Now().UTC(), Role: flow.RoleAssistant,
-			Input: userInput, Decision: r.Decision, ToolUsage: r.ToolUsage, Response: r.Response, Thinking: r.Thinking, AgentGuidance: r.AgentGuidance}
+			Input: input, Constitution: node.Constitution, SystemPrompt: node.SystemPrompt, Decision: r.Decision,
+			ToolUsage: r.ToolUsage, Response: r.Response, Thinking: r.Thinking, AgentGuidance: r.AgentGuidance,
+			Model: r.Model, Usage: r.Usage, LatencyMS: r.Latency.Milliseconds()}
 		var next *flow.Node
 		switch {
 		case len(r.ToolUsage) > 0:
 			s.Decision, next = flow.NeedsTool, node
 			rounds = append(rounds, s)
 		case node.Name == "input_superego":
-			next, guidance, from = g.Nodes["calculator"], r.AgentGuidance, node.AgentID
+			next, guidance, guidanceFrom = g.Nodes["calculator"], r.AgentGuidance, node.AgentID
 		case node.Name == "calculator":
-			s.Decision, next, guidance, from, rounds = flow.Complete, g.Nodes["output_superego"], r.AgentGuidance, node.AgentID, nil
+			s.Decision, s.Fallback = flow.Complete, "the reply had no decision; used COMPLETE"
+			next, input, from, guidance, guidanceFrom, rounds = g.Nodes["output_superego"], r.Response, node.AgentID, r.AgentGuidance, node.AgentID, nil
 		}
 		if next != nil {
 			s.NextAgent = &next.Name
@@ -387,6 +392,7 @@ func run(seq int, minSeconds float64, warmup, conc int, delay time.Duration, rou
 		return err
 	}
 	out["direct_mean_us"] = float64(dwall.Microseconds()) / float64(len(dds))
+	out["direct_streamed_bytes_per_flow"] = dc.bytes / (len(dds) + warmup)
 
 	// (b) Concurrent: one round unmeasured, then the peak reset, then
 	// rounds. Each round gets its own engine, and the sequential phase's is
