@@ -8,10 +8,10 @@ import (
 
 // fields is the reply protocol of SPEC §6: one JSON object with these keys.
 type fields struct {
-	Thinking      string
-	Decision      string
-	AgentGuidance string
-	Response      string
+	Thinking      string `json:"thinking"`
+	Decision      string `json:"decision"`
+	AgentGuidance string `json:"agent_guidance"`
+	Response      string `json:"response"`
 }
 
 // maxObjectTries bounds the search for a JSON object in a reply that has
@@ -30,6 +30,10 @@ func parseReply(text string) (f fields, ok bool) {
 		}
 		rest = rest[i:]
 		if end := objectEnd(rest); end > 0 {
+			// The common reply: every value a string, one of them set.
+			if f = (fields{}); json.Unmarshal([]byte(rest[:end]), &f) == nil && f != (fields{}) {
+				return f, true
+			}
 			var obj struct {
 				Thinking      json.RawMessage `json:"thinking"`
 				Decision      json.RawMessage `json:"decision"`

@@ -23,3 +23,22 @@ func TestResponseStreamEmitsOnlyResponse(t *testing.T) {
 		}
 	}
 }
+
+func TestParseReplyValuesThatAreNotStrings(t *testing.T) {
+	for _, c := range []struct {
+		reply string
+		want  fields
+		ok    bool
+	}{
+		{`{"decision": "COMPLETE", "response": {"total": 50}}`, fields{Decision: "COMPLETE", Response: `{"total": 50}`}, true},
+		{`{"thinking": null, "decision": "ACCEPT", "response": 7}`, fields{Decision: "ACCEPT", Response: "7"}, true},
+		{`{"response": ""}`, fields{}, true}, // a protocol key, empty: still the protocol's object
+		{`{"answer": "50"} {"decision": "BLOCK", "response": "no"}`, fields{Decision: "BLOCK", Response: "no"}, true},
+		{`{"answer": "50"}`, fields{}, false},
+		{`{"decision": "ACCEPT", "response": "cut off`, fields{}, false},
+	} {
+		if f, ok := parseReply(c.reply); f != c.want || ok != c.ok {
+			t.Errorf("parseReply(%s) = %+v, %v; want %+v, %v", c.reply, f, ok, c.want, c.ok)
+		}
+	}
+}
