@@ -35,7 +35,7 @@ func (m *MemStore) create(inst Instance) error {
 	if m.inst[inst.ID] != nil {
 		return fmt.Errorf("instance %s exists", inst.ID)
 	}
-	m.inst[inst.ID] = &memInstance{Instance: inst, events: make([]Event, 0, 32)}
+	m.inst[inst.ID] = &memInstance{Instance: inst, events: make([]Event, 0, 16)}
 	return nil
 }
 
