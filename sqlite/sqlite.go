@@ -10,6 +10,13 @@
 // the instance's status is after it, so that a listing need not read the
 // events; everything else about an instance is derived from its events.
 //
+// A step's constitution or system prompt, the same long text in every step
+// its node makes, is kept once, in a table of texts, and a segment refers
+// to it by id. The guarded-calculator flow's two superego steps carry a
+// constitution of 2 KB each, which made its row 7.8 KB, past what a 4 KiB
+// page holds, so that every flow also wrote an overflow page; the row is
+// now 3.3 KB.
+//
 // One table, not one for instances and one for events, because a commit
 // then writes one row, to one table and its key, where it wrote to two
 // tables and two keys: a new instance's first run on a sequential benchmark
@@ -38,6 +45,8 @@ import (
 
 // schema is the log. first_seq and last_seq are a segment's first and last
 // event ids, both 0 for an instance's first row when it holds no events.
+// hidden holds the segment's steps' hidden fields, texts the ids of their
+// constitutions and system prompts, each by event id.
 const schema = `
 CREATE TABLE IF NOT EXISTS log (
 	instance_id TEXT    NOT NULL,
@@ -50,7 +59,12 @@ CREATE TABLE IF NOT EXISTS log (
 	status      TEXT,
 	events      TEXT,
 	hidden      TEXT,
+	texts       TEXT,
 	PRIMARY KEY (instance_id, first_seq)
+);
+CREATE TABLE IF NOT EXISTS texts (
+	id   INTEGER PRIMARY KEY,
+	body TEXT NOT NULL UNIQUE
 );
 CREATE INDEX IF NOT EXISTS log_instances ON log (created_at) WHERE flow_id IS NOT NULL;
 CREATE TRIGGER IF NOT EXISTS log_starts_once BEFORE INSERT ON log
@@ -74,6 +88,15 @@ INSERT INTO log (instance_id, first_seq, last_seq, last_time, steps, status, eve
 DROP TABLE log_v1;
 DROP TABLE instances;`
 
+// addTexts brings a log written before texts were kept apart up to date;
+// its steps keep their texts inline, which reads the same.
+const addTexts = `
+ALTER TABLE log ADD COLUMN texts TEXT;
+CREATE TABLE texts (
+	id   INTEGER PRIMARY KEY,
+	body TEXT NOT NULL UNIQUE
+);`
+
 // timeFormat is fixed-width, so times sort as text.
 const timeFormat = "2006-01-02T15:04:05.000000000Z"
 
@@ -87,6 +110,11 @@ type Store struct {
 
 	insertSegment *sql.Stmt // prepared once, on the one write connection
 	done          chan struct{}
+
+	textIDs map[string]int64 // texts the database holds, by body; the writer's own
+
+	textsMu sync.Mutex
+	texts   map[int64]string // texts read, by id: they never change
 }
 
 var _ flow.Store = (*Store)(nil)
@@ -98,7 +126,9 @@ type queued struct {
 	e      flow.Event
 	data   []byte
 	hidden []byte // nil for events that are not steps
-	done   func(error)
+	// A step's texts, left out of data.
+	constitution, systemPrompt string
+	done                       func(error)
 }
 
 // maxBatch bounds one group commit.
@@ -122,7 +152,7 @@ func Open(path string) (*Store, error) {
 		write.Close()
 		return nil, fmt.Errorf("open %s: %w", path, err)
 	}
-	insertSegment, err := write.Prepare(`INSERT INTO log (instance_id, first_seq, last_seq, flow_id, created_at, last_time, steps, status, events, hidden) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`)
+	insertSegment, err := write.Prepare(`INSERT INTO log (instance_id, first_seq, last_seq, flow_id, created_at, last_time, steps, status, events, hidden, texts) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`)
 	if err != nil {
 		write.Close()
 		return nil, fmt.Errorf("open %s: %w", path, err)
@@ -132,7 +162,7 @@ func Open(path string) (*Store, error) {
 		write.Close()
 		return nil, fmt.Errorf("open %s: %w", path, err)
 	}
-	s := &Store{read: read, write: write, insertSegment: insertSegment,
+	s := &Store{read: read, write: write, insertSegment: insertSegment, textIDs: map[string]int64{}, texts: map[int64]string{},
 		// A commit's worth of writes can wait while one commits; past
 		// that, writers block, which slows runs down to the disk's pace
 		// instead of queueing without bound.
@@ -149,14 +179,24 @@ func create(db *sql.DB) error {
 		return err
 	}
 	defer tx.Rollback()
-	var old int
+	var old, inline int
 	if err := tx.QueryRow(`SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'instances'`).Scan(&old); err != nil {
 		return err
 	}
-	if old == 0 {
+	if err := tx.QueryRow(`SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'log' AND NOT EXISTS (SELECT 1 FROM pragma_table_info('log') WHERE name = 'texts')`).Scan(&inline); err != nil {
+		return err
+	}
+	switch {
+	case old > 0:
+		if _, err = tx.Exec(migrate); err != nil {
+			err = fmt.Errorf("move instances into the log, as this version keeps them: %w", err)
+		}
+	case inline > 0:
+		if _, err = tx.Exec(addTexts); err != nil {
+			err = fmt.Errorf("add the table of texts: %w", err)
+		}
+	default:
 		_, err = tx.Exec(schema)
-	} else if _, err = tx.Exec(migrate); err != nil {
-		err = fmt.Errorf("move instances into the log, as this version keeps them: %w", err)
 	}
 	if err != nil {
 		return err
@@ -228,6 +268,21 @@ func (s *Store) commitTx(batch []queued) error {
 	// of them the batch holds.
 	var segs []*segment
 	byInstance := map[string]*segment{}
+	fresh := map[string]int64{} // texts this transaction adds
+	textID := func(body string) (int64, error) {
+		if id, ok := s.textIDs[body]; ok {
+			return id, nil
+		}
+		if id, ok := fresh[body]; ok {
+			return id, nil
+		}
+		var id int64
+		if err := tx.QueryRow(`INSERT INTO texts (body) VALUES (?) ON CONFLICT (body) DO UPDATE SET body = body RETURNING id`, body).Scan(&id); err != nil {
+			return 0, fmt.Errorf("keep text: %w", err)
+		}
+		fresh[body] = id
+		return id, nil
+	}
 	for _, w := range batch {
 		seg := byInstance[w.id]
 		if w.inst != nil {
@@ -245,10 +300,21 @@ func (s *Store) commitTx(batch []queued) error {
 			byInstance[w.id] = seg
 			segs = append(segs, seg)
 		}
-		seg.add(w)
+		var c, p int64
+		if w.constitution != "" {
+			if c, err = textID(w.constitution); err != nil {
+				return err
+			}
+		}
+		if w.systemPrompt != "" {
+			if p, err = textID(w.systemPrompt); err != nil {
+				return err
+			}
+		}
+		seg.add(w, c, p)
 	}
 	for _, seg := range segs {
-		var flowID, createdAt, events, hidden any
+		var flowID, createdAt, events, hidden, texts any
 		if seg.flowID != "" {
 			flowID, createdAt = seg.flowID, seg.createdAt
 		}
@@ -261,11 +327,28 @@ func (s *Store) commitTx(batch []queued) error {
 			seg.hidden[0] = '{'
 			hidden = string(append(seg.hidden, '}'))
 		}
-		if _, err := tx.Stmt(s.insertSegment).Exec(seg.id, seg.first, seg.last, flowID, createdAt, string(seg.lastTime), seg.steps, seg.status, events, hidden); err != nil {
+		if len(seg.texts) > 0 {
+			seg.texts[0] = '{'
+			texts = string(append(seg.texts, '}'))
+		}
+		if _, err := tx.Stmt(s.insertSegment).Exec(seg.id, seg.first, seg.last, flowID, createdAt, string(seg.lastTime), seg.steps, seg.status, events, hidden, texts); err != nil {
 			return err
 		}
 	}
-	return tx.Commit()
+	if err := tx.Commit(); err != nil {
+		return err
+	}
+	for body, id := range fresh {
+		s.textIDs[body] = id
+	}
+	return nil
+}
+
+// stepTexts are the ids of a step's constitution and system prompt in the
+// table of texts; 0 for none.
+type stepTexts struct {
+	Constitution int64 `json:"constitution,omitempty"`
+	SystemPrompt int64 `json:"system_prompt,omitempty"`
 }
 
 // segment is the events one commit writes for one instance, and if the
@@ -278,10 +361,12 @@ type segment struct {
 	steps             int
 	status            any // the status after the segment, if it holds a run_start or done
 	events, hidden    []byte
+	texts             []byte
 }
 
-// add encodes an event in the segment. Names and times need no escaping.
-func (seg *segment) add(w queued) {
+// add encodes an event in the segment, with the ids of its step's texts.
+// Names and times need no escaping.
+func (seg *segment) add(w queued, constitution, systemPrompt int64) {
 	if seg.first == 0 {
 		seg.first = w.e.ID
 	}
@@ -295,6 +380,11 @@ func (seg *segment) add(w queued) {
 		seg.steps++
 		seg.hidden = append(strconv.AppendInt(append(seg.hidden, `,"`...), w.e.ID, 10), `":`...)
 		seg.hidden = append(seg.hidden, w.hidden...)
+		if constitution != 0 || systemPrompt != 0 {
+			seg.texts = append(strconv.AppendInt(append(seg.texts, `,"`...), w.e.ID, 10), `":`...)
+			ids, _ := json.Marshal(stepTexts{constitution, systemPrompt}) // two numbers: cannot fail
+			seg.texts = append(seg.texts, ids...)
+		}
 	case flow.RunStart:
 		seg.status = flow.StatusRunning
 	case flow.Done:
@@ -329,13 +419,17 @@ func (s *Store) Create(inst flow.Instance, done func(error)) {
 // Append queues an event.
 func (s *Store) Append(id string, e flow.Event, done func(error)) {
 	w := queued{id: id, e: e, done: done}
+	data := e.Data
+	if step, ok := data.(flow.Step); ok {
+		w.hidden, _ = json.Marshal(flow.HiddenOf(step)) // two strings: cannot fail
+		w.constitution, w.systemPrompt = step.Constitution, step.SystemPrompt
+		step.Constitution, step.SystemPrompt = "", ""
+		data = step
+	}
 	var err error
-	if w.data, err = json.Marshal(e.Data); err != nil {
+	if w.data, err = json.Marshal(data); err != nil {
 		done(fmt.Errorf("encode %s event: %w", e.Name, err))
 		return
-	}
-	if step, ok := e.Data.(flow.Step); ok {
-		w.hidden, _ = json.Marshal(flow.HiddenOf(step)) // two strings: cannot fail
 	}
 	s.enqueue(w)
 }
@@ -357,7 +451,7 @@ func (s *Store) Get(ctx context.Context, id string) (flow.Instance, error) {
 // Events reads the instance's first row, which says it exists, with the
 // segments after event after, in one query.
 func (s *Store) Events(ctx context.Context, id string, after int64) ([]flow.Event, error) {
-	rows, err := s.read.QueryContext(ctx, `SELECT events, hidden FROM log WHERE instance_id = ? AND (flow_id IS NOT NULL OR last_seq > ?) ORDER BY first_seq`, id, after)
+	rows, err := s.read.QueryContext(ctx, `SELECT events, hidden, texts FROM log WHERE instance_id = ? AND (flow_id IS NOT NULL OR last_seq > ?) ORDER BY first_seq`, id, after)
 	if err != nil {
 		return nil, fmt.Errorf("events of %s: %w", id, err)
 	}
@@ -366,8 +460,8 @@ func (s *Store) Events(ctx context.Context, id string, after int64) ([]flow.Even
 	var out []flow.Event
 	for rows.Next() {
 		found = true
-		var events, hidden sql.NullString
-		if err := rows.Scan(&events, &hidden); err != nil {
+		var events, hidden, texts sql.NullString
+		if err := rows.Scan(&events, &hidden, &texts); err != nil {
 			return nil, err
 		}
 		if !events.Valid {
@@ -379,12 +473,17 @@ func (s *Store) Events(ctx context.Context, id string, after int64) ([]flow.Even
 			Time string          `json:"time"`
 			Data json.RawMessage `json:"data"`
 		}
-		h := map[string]flow.Hidden{}
+		h, t := map[string]flow.Hidden{}, map[string]stepTexts{}
 		if err := json.Unmarshal([]byte(events.String), &seg); err != nil {
 			return nil, fmt.Errorf("events of %s: %w", id, err)
 		}
 		if hidden.Valid {
 			if err := json.Unmarshal([]byte(hidden.String), &h); err != nil {
+				return nil, fmt.Errorf("events of %s: %w", id, err)
+			}
+		}
+		if texts.Valid {
+			if err := json.Unmarshal([]byte(texts.String), &t); err != nil {
 				return nil, fmt.Errorf("events of %s: %w", id, err)
 			}
 		}
@@ -396,8 +495,19 @@ func (s *Store) Events(ctx context.Context, id string, after int64) ([]flow.Even
 			if e.Time, err = time.Parse(timeFormat, raw.Time); err != nil {
 				return nil, err
 			}
-			if e.Data, err = flow.DecodeEvent(raw.Name, raw.Data, h[fmt.Sprint(raw.ID)]); err != nil {
+			key := strconv.FormatInt(raw.ID, 10)
+			if e.Data, err = flow.DecodeEvent(raw.Name, raw.Data, h[key]); err != nil {
 				return nil, fmt.Errorf("event %d of %s: %w", raw.ID, id, err)
+			}
+			if step, ok := e.Data.(flow.Step); ok && t[key] != (stepTexts{}) {
+				ids := t[key]
+				if step.Constitution, err = s.text(ctx, ids.Constitution); err != nil {
+					return nil, fmt.Errorf("event %d of %s: %w", raw.ID, id, err)
+				}
+				if step.SystemPrompt, err = s.text(ctx, ids.SystemPrompt); err != nil {
+					return nil, fmt.Errorf("event %d of %s: %w", raw.ID, id, err)
+				}
+				e.Data = step
 			}
 			out = append(out, e)
 		}
@@ -409,6 +519,26 @@ func (s *Store) Events(ctx context.Context, id string, after int64) ([]flow.Even
 		return nil, fmt.Errorf("instance %q: %w", id, flow.ErrNotFound)
 	}
 	return out, nil
+}
+
+// text returns the text with the given id; "" for 0.
+func (s *Store) text(ctx context.Context, id int64) (string, error) {
+	if id == 0 {
+		return "", nil
+	}
+	s.textsMu.Lock()
+	body, ok := s.texts[id]
+	s.textsMu.Unlock()
+	if ok {
+		return body, nil
+	}
+	if err := s.read.QueryRowContext(ctx, `SELECT body FROM texts WHERE id = ?`, id).Scan(&body); err != nil {
+		return "", fmt.Errorf("text %d: %w", id, err)
+	}
+	s.textsMu.Lock()
+	s.texts[id] = body
+	s.textsMu.Unlock()
+	return body, nil
 }
 
 // List derives each instance's summary in one query from its segments:

@@ -174,7 +174,7 @@ INSERT INTO log VALUES ('old', 1, 2, '2026-11-20T10:00:02.000000000Z', 1, 'runni
 	}
 	defer db.Close()
 	var tables string
-	if err := db.QueryRow(`SELECT group_concat(name, ' ') FROM (SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name)`).Scan(&tables); err != nil || tables != "log" {
+	if err := db.QueryRow(`SELECT group_concat(name, ' ') FROM (SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name)`).Scan(&tables); err != nil || tables != "log texts" {
 		t.Errorf("tables after migrating: %q %v", tables, err)
 	}
 }
@@ -230,5 +230,116 @@ INSERT INTO instances VALUES ('i', 'f', '2026-11-20T10:00:00.000000000Z');`); er
 	var n int
 	if err := db.QueryRow(`SELECT count(*) FROM instances`).Scan(&n); err != nil || n != 1 {
 		t.Errorf("instances after the refusal: %d %v", n, err)
+	}
+}
+
+// A constitution or system prompt is stored once, however many steps carry
+// it, and every step reads back with its own.
+func TestTextsAreKeptOnce(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "superego.db")
+	s, err := sqlite.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	constitution, prompt := strings.Repeat("Be honest. ", 200), "You add numbers."
+	steps := func(i int) []flow.Step {
+		return []flow.Step{
+			{StepID: "1", AgentID: "user", Role: flow.RoleUser, Response: "hi"},
+			{StepID: "2", AgentID: "in", Role: flow.RoleAssistant, Constitution: constitution, Decision: "ACCEPT", Thinking: fmt.Sprint("T", i)},
+			{StepID: "3", AgentID: "calc", Role: flow.RoleAssistant, SystemPrompt: prompt, Decision: "COMPLETE", Response: "2"},
+			{StepID: "4", AgentID: "out", Role: flow.RoleAssistant, Constitution: "Short and other.", Decision: "ACCEPT"},
+		}
+	}
+	for i := range 3 {
+		id := fmt.Sprint("i", i)
+		if err := flow.Wait(func(done func(error)) { s.Create(flow.Instance{ID: id, FlowID: "f", CreatedAt: time.Now()}, done) }); err != nil {
+			t.Fatal(err)
+		}
+		for n, step := range steps(i) {
+			if err := flow.Wait(func(done func(error)) {
+				s.Append(id, flow.Event{ID: int64(n + 1), Name: flow.EventCompleteStep, Time: time.Now(), Data: step}, done)
+			}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	s.Close()
+	if s, err = sqlite.Open(path); err != nil { // a new store reads the texts from the database
+		t.Fatal(err)
+	}
+	defer s.Close()
+	// and finds them there when it writes them again.
+	if err := flow.Wait(func(done func(error)) { s.Create(flow.Instance{ID: "i3", FlowID: "f", CreatedAt: time.Now()}, done) }); err != nil {
+		t.Fatal(err)
+	}
+	for n, step := range steps(3) {
+		if err := flow.Wait(func(done func(error)) {
+			s.Append("i3", flow.Event{ID: int64(n + 1), Name: flow.EventCompleteStep, Time: time.Now(), Data: step}, done)
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range 4 {
+		events, err := s.Events(context.Background(), fmt.Sprint("i", i), 0)
+		if err != nil || len(events) != 4 {
+			t.Fatalf("%d events, %v", len(events), err)
+		}
+		for n, want := range steps(i) {
+			if got := events[n].Data.(flow.Step); got.Constitution != want.Constitution || got.SystemPrompt != want.SystemPrompt || got.Thinking != want.Thinking {
+				t.Errorf("instance %d step %d: %+v", i, n+1, got)
+			}
+		}
+	}
+	db, err := sql.Open("sqlite", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	var texts, inline int
+	if err := db.QueryRow(`SELECT count(*) FROM texts`).Scan(&texts); err != nil || texts != 3 {
+		t.Errorf("%d texts, want 3: %v", texts, err)
+	}
+	if err := db.QueryRow(`SELECT count(*) FROM log WHERE events LIKE '%Be honest%' OR events LIKE '%You add%'`).Scan(&inline); err != nil || inline != 0 {
+		t.Errorf("%d segments hold a text inline: %v", inline, err)
+	}
+}
+
+// A log written before texts were kept apart opens, its steps read with
+// the texts they hold inline, and it takes new steps.
+func TestOpenAddsTextsToAnInlineLog(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "superego.db")
+	db, err := sql.Open("sqlite", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Exec(`
+CREATE TABLE log (
+	instance_id TEXT NOT NULL, first_seq INTEGER NOT NULL, last_seq INTEGER NOT NULL, flow_id TEXT, created_at TEXT,
+	last_time TEXT NOT NULL, steps INTEGER NOT NULL, status TEXT, events TEXT, hidden TEXT,
+	PRIMARY KEY (instance_id, first_seq));
+INSERT INTO log VALUES ('i', 0, 0, 'f', '2026-11-20T10:00:00.000000000Z', '2026-11-20T10:00:00.000000000Z', 0, NULL, NULL, NULL),
+	('i', 1, 1, NULL, NULL, '2026-11-20T10:00:01.000000000Z', 1, NULL,
+	'[{"id":1,"name":"complete_step","time":"2026-11-20T10:00:01.000000000Z","data":{"step_id":"1","agent_id":"a","role":"assistant","input":"","constitution":"Be kind.","response":"hi","next_agent":null}}]',
+	'{"1":{"thinking":"T","agent_guidance":"G"}}');`); err != nil {
+		t.Fatal(err)
+	}
+	db.Close()
+	s, err := sqlite.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if err := flow.Wait(func(done func(error)) { s.Append("i", stepEvent(2), done) }); err != nil {
+		t.Fatalf("append after adding texts: %v", err)
+	}
+	events, err := s.Events(context.Background(), "i", 0)
+	if err != nil || len(events) != 2 {
+		t.Fatalf("%d events, %v", len(events), err)
+	}
+	if old := events[0].Data.(flow.Step); old.Constitution != "Be kind." || old.Thinking != "T" {
+		t.Errorf("old step: %+v", old)
+	}
+	if step := events[1].Data.(flow.Step); step.Constitution != "Be helpful." {
+		t.Errorf("new step: %+v", step)
 	}
 }

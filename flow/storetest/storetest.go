@@ -29,6 +29,7 @@ func Run(t *testing.T, open func(t *testing.T) flow.Store) {
 	t0 := time.Date(2026, 11, 21, 10, 0, 0, 0, time.UTC)
 	next := "b"
 	step := flow.Step{StepID: "2", AgentID: "a", Node: "a", Role: flow.RoleAssistant, Timestamp: t0, Input: "in", Decision: "ACCEPT",
+		Constitution: "Be kind.", SystemPrompt: "You add.", // a store may keep these apart; they come back as they went in
 		Response: "out", NextAgent: &next, Thinking: "T-hidden", AgentGuidance: "G-hidden",
 		ToolUsage: []flow.ToolUse{{ID: "c1", ToolName: "calculator", Input: []byte(`{"expression":"1+1"}`), Output: "2"}}}
 	run := []flow.Event{
