@@ -30,7 +30,10 @@ func parseReply(text string) (f fields, ok bool) {
 		}
 		rest = rest[i:]
 		if end := objectEnd(rest); end > 0 {
-			// The common reply: every value a string, one of them set.
+			if f, ok := plainObject(rest[:end]); ok {
+				return f, true
+			}
+			// Escapes, or text that is not ASCII: every value a string.
 			if f = (fields{}); json.Unmarshal([]byte(rest[:end]), &f) == nil && f != (fields{}) {
 				return f, true
 			}
@@ -48,6 +51,70 @@ func parseReply(text string) (f fields, ok bool) {
 		rest = rest[1:]
 	}
 	return fields{}, false
+}
+
+// plainObject reads the object s, from its "{" to its "}", when it is of
+// the kind models write: the protocol's keys, each with a string value in
+// ASCII with no escapes. The fields are s's own memory, not copies. ok is
+// false for anything else, which encoding/json then reads; where ok is
+// true, encoding/json reads the same fields.
+func plainObject(s string) (f fields, ok bool) {
+	i := 1
+	for {
+		key, j, ok := plainString(s, skipSpace(s, i))
+		if !ok {
+			return fields{}, false
+		}
+		if i = skipSpace(s, j); s[i] != ':' {
+			return fields{}, false
+		}
+		value, j, ok := plainString(s, skipSpace(s, i+1))
+		if !ok {
+			return fields{}, false
+		}
+		switch key {
+		case "thinking":
+			f.Thinking = value
+		case "decision":
+			f.Decision = value
+		case "agent_guidance":
+			f.AgentGuidance = value
+		case "response":
+			f.Response = value
+		default:
+			return fields{}, false
+		}
+		if i = skipSpace(s, j); s[i] != ',' {
+			return f, i == len(s)-1 && s[i] == '}'
+		}
+		i++
+	}
+}
+
+// plainString reads the string that starts at s[i], if it is printable
+// ASCII without escapes, and returns it and the index after it.
+func plainString(s string, i int) (string, int, bool) {
+	if s[i] != '"' {
+		return "", i, false
+	}
+	for j := i + 1; j < len(s); j++ {
+		switch c := s[j]; {
+		case c == '"':
+			return s[i+1 : j], j + 1, true
+		case c == '\\' || c < 0x20 || c >= 0x80:
+			return "", j, false
+		}
+	}
+	return "", len(s), false
+}
+
+// skipSpace returns the index of the first byte at or after i that is not
+// JSON whitespace; s ends with a bracket, so there is one.
+func skipSpace(s string, i int) int {
+	for s[i] == ' ' || s[i] == '\t' || s[i] == '\n' || s[i] == '\r' {
+		i++
+	}
+	return i
 }
 
 // objectEnd returns the length of the JSON object s starts with, by its

@@ -1,6 +1,7 @@
 package agents
 
 import (
+	"encoding/json"
 	"strings"
 	"testing"
 )
@@ -41,4 +42,36 @@ func TestParseReplyValuesThatAreNotStrings(t *testing.T) {
 			t.Errorf("parseReply(%s) = %+v, %v; want %+v, %v", c.reply, f, ok, c.want, c.ok)
 		}
 	}
+}
+
+// Where plainObject reads an object, encoding/json reads the same fields
+// from it; the seeds run with every go test, the fuzzer with -fuzz.
+func FuzzPlainObjectReadsAsJSONDoes(f *testing.F) {
+	for _, s := range []string{
+		`{"thinking": "fine", "decision": "ACCEPT", "agent_guidance": "none", "response": "ok"}`,
+		"{\n\t\"decision\" :\"BLOCK\" ,\r\n \"response\":\"no\"}",
+		`{"response": "", "decision": "ACCEPT", "decision": "BLOCK"}`,
+		`{"Decision": "ACCEPT"}`,
+		`{"decision": "ACCEPT", "extra": "x"}`,
+		`{"decision": "ACCEPT",}`,
+		`{"decision": "caf\u00e9"}`,
+		`{"decision": "café"}`,
+		`{}`,
+	} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		end := objectEnd(s)
+		if !strings.HasPrefix(s, "{") || end < 0 {
+			return
+		}
+		got, ok := plainObject(s[:end])
+		if !ok {
+			return
+		}
+		var want fields
+		if err := json.Unmarshal([]byte(s[:end]), &want); err != nil || got != want {
+			t.Errorf("plainObject(%q) = %+v; encoding/json: %+v, %v", s[:end], got, want, err)
+		}
+	})
 }
