@@ -115,11 +115,7 @@ func TestWALStaysBounded(t *testing.T) {
 // instance, event and hidden field in place, and takes new events.
 func TestOpenMigratesSeparateInstances(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "superego.db")
-	db, err := sql.Open("sqlite", path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := db.Exec(`
+	writeRaw(t, path, `
 CREATE TABLE instances (id TEXT PRIMARY KEY, flow_id TEXT NOT NULL, created_at TEXT NOT NULL);
 CREATE TABLE log (
 	instance_id TEXT NOT NULL REFERENCES instances (id), first_seq INTEGER NOT NULL, last_seq INTEGER NOT NULL,
@@ -133,10 +129,7 @@ INSERT INTO log VALUES ('old', 1, 2, '2026-11-20T10:00:02.000000000Z', 1, 'runni
 	'[{"id":1,"name":"run_start","time":"2026-11-20T10:00:01.000000000Z","data":{"instance_id":"old","run_id":"r","flow_id":"f"}},{"id":2,"name":"complete_step","time":"2026-11-20T10:00:02.000000000Z","data":{"step_id":"1","agent_id":"a","role":"assistant","input":"","response":"hi","next_agent":null}}]',
 	'{"2":{"thinking":"T-old","agent_guidance":"G-old"}}'),
 	('old', 3, 3, '2026-11-20T10:00:03.000000000Z', 0, 'completed',
-	'[{"id":3,"name":"done","time":"2026-11-20T10:00:03.000000000Z","data":{"instance_id":"old","status":"completed","response":"hi"}}]', NULL);`); err != nil {
-		t.Fatal(err)
-	}
-	db.Close()
+	'[{"id":3,"name":"done","time":"2026-11-20T10:00:03.000000000Z","data":{"instance_id":"old","status":"completed","response":"hi"}}]', NULL);`)
 
 	s, err := sqlite.Open(path)
 	if err != nil {
@@ -168,11 +161,7 @@ INSERT INTO log VALUES ('old', 1, 2, '2026-11-20T10:00:02.000000000Z', 1, 'runni
 	if err := flow.Wait(func(done func(error)) { s.Append("new", stepEvent(1), done) }); err != nil {
 		t.Errorf("append after migrating: %v", err)
 	}
-	db, err = sql.Open("sqlite", path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
+	db := readRaw(t, path)
 	var tables string
 	if err := db.QueryRow(`SELECT group_concat(name, ' ') FROM (SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name)`).Scan(&tables); err != nil || tables != "log texts" {
 		t.Errorf("tables after migrating: %q %v", tables, err)
@@ -207,26 +196,15 @@ func TestBatchCreatesAndAppends(t *testing.T) {
 // segments, is refused with what went wrong, and left as it was.
 func TestOpenRefusesADatabaseItCannotMove(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "superego.db")
-	db, err := sql.Open("sqlite", path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := db.Exec(`CREATE TABLE instances (id TEXT PRIMARY KEY, flow_id TEXT NOT NULL, created_at TEXT NOT NULL);
+	writeRaw(t, path, `CREATE TABLE instances (id TEXT PRIMARY KEY, flow_id TEXT NOT NULL, created_at TEXT NOT NULL);
 CREATE TABLE events (instance_id TEXT NOT NULL, seq INTEGER NOT NULL, data TEXT NOT NULL);
-INSERT INTO instances VALUES ('i', 'f', '2026-11-20T10:00:00.000000000Z');`); err != nil {
-		t.Fatal(err)
-	}
-	db.Close()
-	_, err = sqlite.Open(path)
+INSERT INTO instances VALUES ('i', 'f', '2026-11-20T10:00:00.000000000Z');`)
+	_, err := sqlite.Open(path)
 	want := "open " + path + ": move instances into the log, as this version keeps them: "
 	if err == nil || !strings.HasPrefix(err.Error(), want) || !strings.Contains(err.Error(), "no such table: log") {
 		t.Fatalf("open: %v, want %q and no such table: log", err, want)
 	}
-	db, err = sql.Open("sqlite", path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
+	db := readRaw(t, path)
 	var n int
 	if err := db.QueryRow(`SELECT count(*) FROM instances`).Scan(&n); err != nil || n != 1 {
 		t.Errorf("instances after the refusal: %d %v", n, err)
@@ -250,7 +228,8 @@ func TestTextsAreKeptOnce(t *testing.T) {
 			{StepID: "4", AgentID: "out", Role: flow.RoleAssistant, Constitution: "Short and other.", Decision: "ACCEPT"},
 		}
 	}
-	for i := range 3 {
+	// write makes instance i with its steps.
+	write := func(s *sqlite.Store, i int) {
 		id := fmt.Sprint("i", i)
 		if err := flow.Wait(func(done func(error)) { s.Create(flow.Instance{ID: id, FlowID: "f", CreatedAt: time.Now()}, done) }); err != nil {
 			t.Fatal(err)
@@ -263,22 +242,15 @@ func TestTextsAreKeptOnce(t *testing.T) {
 			}
 		}
 	}
+	for i := range 3 {
+		write(s, i)
+	}
 	s.Close()
-	if s, err = sqlite.Open(path); err != nil { // a new store reads the texts from the database
+	if s, err = sqlite.Open(path); err != nil { // a new store reads the texts from the database,
 		t.Fatal(err)
 	}
 	defer s.Close()
-	// and finds them there when it writes them again.
-	if err := flow.Wait(func(done func(error)) { s.Create(flow.Instance{ID: "i3", FlowID: "f", CreatedAt: time.Now()}, done) }); err != nil {
-		t.Fatal(err)
-	}
-	for n, step := range steps(3) {
-		if err := flow.Wait(func(done func(error)) {
-			s.Append("i3", flow.Event{ID: int64(n + 1), Name: flow.EventCompleteStep, Time: time.Now(), Data: step}, done)
-		}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	write(s, 3) // and finds them there when it writes them again
 	for i := range 4 {
 		events, err := s.Events(context.Background(), fmt.Sprint("i", i), 0)
 		if err != nil || len(events) != 4 {
@@ -290,11 +262,7 @@ func TestTextsAreKeptOnce(t *testing.T) {
 			}
 		}
 	}
-	db, err := sql.Open("sqlite", path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
+	db := readRaw(t, path)
 	var texts, inline int
 	if err := db.QueryRow(`SELECT count(*) FROM texts`).Scan(&texts); err != nil || texts != 3 {
 		t.Errorf("%d texts, want 3: %v", texts, err)
@@ -308,11 +276,7 @@ func TestTextsAreKeptOnce(t *testing.T) {
 // the texts they hold inline, and it takes new steps.
 func TestOpenAddsTextsToAnInlineLog(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "superego.db")
-	db, err := sql.Open("sqlite", path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := db.Exec(`
+	writeRaw(t, path, `
 CREATE TABLE log (
 	instance_id TEXT NOT NULL, first_seq INTEGER NOT NULL, last_seq INTEGER NOT NULL, flow_id TEXT, created_at TEXT,
 	last_time TEXT NOT NULL, steps INTEGER NOT NULL, status TEXT, events TEXT, hidden TEXT,
@@ -320,10 +284,7 @@ CREATE TABLE log (
 INSERT INTO log VALUES ('i', 0, 0, 'f', '2026-11-20T10:00:00.000000000Z', '2026-11-20T10:00:00.000000000Z', 0, NULL, NULL, NULL),
 	('i', 1, 1, NULL, NULL, '2026-11-20T10:00:01.000000000Z', 1, NULL,
 	'[{"id":1,"name":"complete_step","time":"2026-11-20T10:00:01.000000000Z","data":{"step_id":"1","agent_id":"a","role":"assistant","input":"","constitution":"Be kind.","response":"hi","next_agent":null}}]',
-	'{"1":{"thinking":"T","agent_guidance":"G"}}');`); err != nil {
-		t.Fatal(err)
-	}
-	db.Close()
+	'{"1":{"thinking":"T","agent_guidance":"G"}}');`)
 	s, err := sqlite.Open(path)
 	if err != nil {
 		t.Fatal(err)
@@ -342,4 +303,30 @@ INSERT INTO log VALUES ('i', 0, 0, 'f', '2026-11-20T10:00:00.000000000Z', '2026-
 	if step := events[1].Data.(flow.Step); step.Constitution != "Be helpful." {
 		t.Errorf("new step: %+v", step)
 	}
+}
+
+// writeRaw runs script on the database at path through the driver alone,
+// as an earlier version, or a user's sqlite3, would have.
+func writeRaw(t *testing.T, path, script string) {
+	t.Helper()
+	db, err := sql.Open("sqlite", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	if _, err := db.Exec(script); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// readRaw opens the database at path through the driver alone, to look at
+// what the store wrote.
+func readRaw(t *testing.T, path string) *sql.DB {
+	t.Helper()
+	db, err := sql.Open("sqlite", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	return db
 }
