@@ -30,8 +30,8 @@ func parseReply(text string) (f fields, ok bool) {
 		}
 		rest = rest[i:]
 		if end := objectEnd(rest); end > 0 {
-			if f, ok := plainObject(rest[:end]); ok {
-				return f, true
+			if plain, ok := plainObject(rest[:end]); ok {
+				return plain, true
 			}
 			// Escapes, or text that is not ASCII: every value a string.
 			if f = (fields{}); json.Unmarshal([]byte(rest[:end]), &f) == nil && f != (fields{}) {
@@ -91,8 +91,8 @@ func plainObject(s string) (f fields, ok bool) {
 	}
 }
 
-// plainString reads the string that starts at s[i], if it is printable
-// ASCII without escapes, and returns it and the index after it.
+// plainString reads the string that starts at s[i], if it is ASCII with no
+// escapes and no control characters, and returns it and the index after it.
 func plainString(s string, i int) (string, int, bool) {
 	if s[i] != '"' {
 		return "", i, false

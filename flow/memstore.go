@@ -35,6 +35,7 @@ func (m *MemStore) create(inst Instance) error {
 	if m.inst[inst.ID] != nil {
 		return fmt.Errorf("instance %s exists", inst.ID)
 	}
+	// Room for a typical run's events; a conversation's log grows past it.
 	m.inst[inst.ID] = &memInstance{Instance: inst, events: make([]Event, 0, 16)}
 	return nil
 }
