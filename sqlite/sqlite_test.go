@@ -330,3 +330,24 @@ func readRaw(t *testing.T, path string) *sql.DB {
 	t.Cleanup(func() { db.Close() })
 	return db
 }
+
+// A log the store cannot bring up to date is refused with what went wrong,
+// and left as it was.
+func TestOpenRefusesALogItCannotAddTextsTo(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "superego.db")
+	writeRaw(t, path, `
+CREATE TABLE log (
+	instance_id TEXT NOT NULL, first_seq INTEGER NOT NULL, last_seq INTEGER NOT NULL, flow_id TEXT, created_at TEXT,
+	last_time TEXT NOT NULL, steps INTEGER NOT NULL, status TEXT, events TEXT, hidden TEXT,
+	PRIMARY KEY (instance_id, first_seq));
+CREATE TABLE texts (note TEXT);`)
+	_, err := sqlite.Open(path)
+	want := "open " + path + ": add the table of texts: "
+	if err == nil || !strings.HasPrefix(err.Error(), want) || !strings.Contains(err.Error(), "table texts already exists") {
+		t.Fatalf("open: %v, want %q and table texts already exists", err, want)
+	}
+	var n int
+	if err := readRaw(t, path).QueryRow(`SELECT count(*) FROM pragma_table_info('log') WHERE name = 'texts'`).Scan(&n); err != nil || n != 0 {
+		t.Errorf("log gained a texts column though the upgrade failed: %d %v", n, err)
+	}
+}
