@@ -272,15 +272,18 @@ func TestTextsAreKeptOnce(t *testing.T) {
 	}
 }
 
+// logBeforeTexts is the log as it was before texts were kept apart.
+const logBeforeTexts = `
+CREATE TABLE log (
+	instance_id TEXT NOT NULL, first_seq INTEGER NOT NULL, last_seq INTEGER NOT NULL, flow_id TEXT, created_at TEXT,
+	last_time TEXT NOT NULL, steps INTEGER NOT NULL, status TEXT, events TEXT, hidden TEXT,
+	PRIMARY KEY (instance_id, first_seq));`
+
 // A log written before texts were kept apart opens, its steps read with
 // the texts they hold inline, and it takes new steps.
 func TestOpenAddsTextsToAnInlineLog(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "superego.db")
-	writeRaw(t, path, `
-CREATE TABLE log (
-	instance_id TEXT NOT NULL, first_seq INTEGER NOT NULL, last_seq INTEGER NOT NULL, flow_id TEXT, created_at TEXT,
-	last_time TEXT NOT NULL, steps INTEGER NOT NULL, status TEXT, events TEXT, hidden TEXT,
-	PRIMARY KEY (instance_id, first_seq));
+	writeRaw(t, path, logBeforeTexts+`
 INSERT INTO log VALUES ('i', 0, 0, 'f', '2026-11-20T10:00:00.000000000Z', '2026-11-20T10:00:00.000000000Z', 0, NULL, NULL, NULL),
 	('i', 1, 1, NULL, NULL, '2026-11-20T10:00:01.000000000Z', 1, NULL,
 	'[{"id":1,"name":"complete_step","time":"2026-11-20T10:00:01.000000000Z","data":{"step_id":"1","agent_id":"a","role":"assistant","input":"","constitution":"Be kind.","response":"hi","next_agent":null}}]',
@@ -335,11 +338,7 @@ func readRaw(t *testing.T, path string) *sql.DB {
 // and left as it was.
 func TestOpenRefusesALogItCannotAddTextsTo(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "superego.db")
-	writeRaw(t, path, `
-CREATE TABLE log (
-	instance_id TEXT NOT NULL, first_seq INTEGER NOT NULL, last_seq INTEGER NOT NULL, flow_id TEXT, created_at TEXT,
-	last_time TEXT NOT NULL, steps INTEGER NOT NULL, status TEXT, events TEXT, hidden TEXT,
-	PRIMARY KEY (instance_id, first_seq));
+	writeRaw(t, path, logBeforeTexts+`
 CREATE TABLE texts (note TEXT);`)
 	_, err := sqlite.Open(path)
 	want := "open " + path + ": add the table of texts: "
