@@ -345,7 +345,17 @@ func (e *Engine) run(run *liveRun, turn Turn, claim *Claim) {
 	out := e.Exec.Run(ctx, turn, sink)
 	e.Exec.Observe.runEnded(ctx, info, out)
 	ended = out.Status != statusInterrupted
+	lost := false
+	if claim != nil {
+		select {
+		case <-claim.Lost:
+			lost = true
+		default:
+		}
+	}
 	switch {
+	case out.Status == statusInterrupted && lost:
+		e.runLog(turn).InfoContext(ctx, "run stopped: this replica lost its lease; the replica that holds it now resumes it")
 	case out.Status == statusInterrupted:
 		e.runLog(turn).InfoContext(ctx, "run interrupted by shutdown; it resumes when the server starts again")
 	case out.Err != nil:

@@ -43,6 +43,11 @@ func (g *gate) release() { g.once.Do(func() { close(g.open) }) }
 // replicas, on the database at u.
 func replicaOf(t *testing.T, u string, model *agentstest.Server, maxRuns int) *flow.Engine {
 	t.Helper()
+	return replicaLogging(t, u, model, maxRuns, slog.New(slog.DiscardHandler))
+}
+
+func replicaLogging(t *testing.T, u string, model *agentstest.Server, maxRuns int, log *slog.Logger) *flow.Engine {
+	t.Helper()
 	ctx := context.Background()
 	store, err := postgres.Open(ctx, u)
 	if err != nil {
@@ -53,7 +58,6 @@ func replicaOf(t *testing.T, u string, model *agentstest.Server, maxRuns int) *f
 		t.Fatal(err)
 	}
 	p := &agents.Providers{Default: "openai:gpt-test", OpenAIKey: "k", OpenAIBaseURL: model.URL + "/v1"}
-	log := slog.New(slog.DiscardHandler)
 	e := &flow.Engine{Flows: map[string]*flow.Flow{"calc": {ID: "calc", Def: def}}, Exec: &flow.Executor{Agent: &agents.Agent{Model: p.Model}},
 		Store: store, Log: log, MaxRuns: maxRuns}
 	r, err := replica.Open(ctx, store, maxRuns, log)
@@ -333,7 +337,8 @@ func TestAJobOfARunningRunLeavesItsClaim(t *testing.T) {
 func TestARunWhoseLeaseIsLostStops(t *testing.T) {
 	u, db := pgtest.Database(t)
 	g := newGate()
-	a := replicaOf(t, u, model(t, g), 8)
+	var log logLines
+	a := replicaLogging(t, u, model(t, g), 8, slog.New(slog.NewTextHandler(&log, nil)))
 	ctx := context.Background()
 	sub, err := a.Start(ctx, flow.Request{FlowID: "calc", Input: "6*7"})
 	if err != nil {
@@ -361,4 +366,25 @@ func TestARunWhoseLeaseIsLostStops(t *testing.T) {
 	if err := db.QueryRow(ctx, `SELECT owner FROM run_leases WHERE instance_id = $1`, sub.Instance).Scan(&owner); err != nil || owner != "another replica" {
 		t.Errorf("the lease: %q, %v", owner, err)
 	}
+	if got := log.String(); !strings.Contains(got, "lost its lease") || strings.Contains(got, "shutdown") {
+		t.Errorf("the log says of the stop:\n%s", got)
+	}
+}
+
+// logLines is a log writer that replicas write from several goroutines.
+type logLines struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *logLines) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *logLines) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }
