@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"encoding/json"
 	"io"
 	"net/http"
 	"strings"
@@ -73,5 +74,54 @@ func TestReplicaTakesOverAKilledReplicasRun(t *testing.T) {
 	checkCompletedOnce(t, history(t, b.addr, id))
 	if !strings.Contains(b.logs.String(), "took over a run") {
 		t.Errorf("B's log:\n%s", b.logs)
+	}
+}
+
+// A cancel sent to replica B stops the run replica A is running: the run
+// ends cancelled while its model call on A is still unanswered, and both
+// replicas serve the same ending.
+func TestCancelThroughAnotherReplica(t *testing.T) {
+	db, _ := pgtest.Database(t)
+	dir := writeFlows(t)
+	model := newGatedModel(t)
+	defer model.open() // the fake model's held call returns, so that it can close
+	a := startServer(t, dir, model, "--db", db)
+	b := startServer(t, dir, model, "--db", db)
+	id := startRun(t, a.addr)
+	<-model.entered
+
+	resp, err := http.Post("http://"+b.addr+"/flow/instances/"+id+"/cancel", "application/json", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if msg, _ := io.ReadAll(resp.Body); resp.StatusCode != 202 {
+		t.Fatalf("cancel on B: %d %s", resp.StatusCode, msg)
+	}
+	resp.Body.Close()
+
+	status := ""
+	for deadline := time.Now().Add(20 * time.Second); status != "cancelled" && time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		resp, err := http.Get("http://" + a.addr + "/flow/instances/" + id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var inst struct{ Status string }
+		json.NewDecoder(resp.Body).Decode(&inst)
+		resp.Body.Close()
+		status = inst.Status
+	}
+	if status != "cancelled" {
+		t.Fatalf("20 s after a cancel on B, the run on A is %q:\nA:\n%s\nB:\n%s", status, a.logs, b.logs)
+	}
+	for _, addr := range []string{a.addr, b.addr} {
+		events := history(t, addr, id)
+		if last := events[len(events)-1]; last.name != "done" || !strings.Contains(last.data, `"status":"cancelled"`) {
+			t.Errorf("%s serves the run ending with %+v", addr, last)
+		}
+		for _, e := range events {
+			if strings.Contains(e.data, "6*7 = 42") {
+				t.Errorf("%s serves an answer the cancel should have stopped: %+v", addr, e)
+			}
+		}
 	}
 }
