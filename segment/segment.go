@@ -119,8 +119,8 @@ func (s *Segment) Columns() (events, hidden, texts []byte) {
 	return events, hidden, texts
 }
 
-// Refs reads a row's texts column: each step's texts, by event id.
-func Refs(texts []byte) (map[string]Texts, error) {
+// readRefs reads a row's texts column: each step's texts, by event id.
+func readRefs(texts []byte) (map[string]Texts, error) {
 	if texts == nil {
 		return nil, nil
 	}
@@ -131,9 +131,9 @@ func Refs(texts []byte) (map[string]Texts, error) {
 	return refs, nil
 }
 
-// Decode rebuilds a row's events after the given id, each step with its
+// decode rebuilds a row's events after the given id, each step with its
 // hidden fields and, through text, its texts.
-func Decode(events, hidden []byte, refs map[string]Texts, after int64, text func(id int64) (string, error)) ([]flow.Event, error) {
+func decode(events, hidden []byte, refs map[string]Texts, after int64, text func(id int64) (string, error)) ([]flow.Event, error) {
 	if events == nil {
 		return nil, nil // an instance's first row, created without a run
 	}

@@ -39,7 +39,6 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
-	"sync"
 	"time"
 
 	_ "modernc.org/sqlite" // registers the "sqlite" driver
@@ -121,8 +120,7 @@ type Store struct {
 
 	textIDs map[string]int64 // texts the database holds, by body; the writer's own
 
-	textsMu sync.Mutex
-	texts   map[int64]string // texts read, by id: they never change
+	texts segment.TextCache // texts read, by id
 }
 
 var _ flow.Store = (*Store)(nil)
@@ -164,7 +162,7 @@ func Open(path string) (*Store, error) {
 	}
 	read.SetMaxOpenConns(readConns)
 	read.SetMaxIdleConns(readConns)
-	s := &Store{read: read, write: write, insertSegment: stmts[0], insertHeld: stmts[1], deleteHeld: stmts[2], textIDs: map[string]int64{}, texts: map[int64]string{}}
+	s := &Store{read: read, write: write, insertSegment: stmts[0], insertHeld: stmts[1], deleteHeld: stmts[2], textIDs: map[string]int64{}}
 	s.Writer = segment.NewWriter(s.commitTx, ErrClosed)
 	return s, nil
 }
@@ -375,11 +373,10 @@ func (s *Store) Get(ctx context.Context, id string) (flow.Instance, error) {
 
 // stored is a row of the log as read.
 type stored struct {
-	first, last               int64
+	segment.Row
 	flowID, createdAt, status sql.NullString
 	lastTime                  string
 	steps                     int64
-	events, hidden, texts     []byte
 	sum                       sql.NullInt64
 }
 
@@ -397,11 +394,11 @@ func (s *Store) segments(ctx context.Context, id, where string, args ...any) ([]
 	var out []stored
 	for rows.Next() {
 		var r stored
-		if err := rows.Scan(&r.first, &r.last, &r.flowID, &r.createdAt, &r.lastTime, &r.steps, &r.status, &r.events, &r.hidden, &r.texts, &r.sum); err != nil {
+		if err := rows.Scan(&r.First, &r.Last, &r.flowID, &r.createdAt, &r.lastTime, &r.steps, &r.status, &r.Events, &r.Hidden, &r.Texts, &r.sum); err != nil {
 			return nil, fmt.Errorf("instance %q: %w", id, err)
 		}
-		if !checked(r.sum, logSum(id, r.first, r.last, r.flowID, r.createdAt, r.lastTime, r.steps, r.status, r.events, r.hidden, r.texts)) {
-			return nil, fmt.Errorf("instance %q: %s: %w", id, rowName(r.first, r.last), flow.ErrCorrupt)
+		if !checked(r.sum, logSum(id, r.First, r.Last, r.flowID, r.createdAt, r.lastTime, r.steps, r.status, r.Events, r.Hidden, r.Texts)) {
+			return nil, fmt.Errorf("instance %q: %s: %w", id, r.Name(), flow.ErrCorrupt)
 		}
 		out = append(out, r)
 	}
@@ -414,17 +411,6 @@ func (s *Store) segments(ctx context.Context, id, where string, args ...any) ([]
 	return out, nil
 }
 
-// rowName names a row of the log in an error.
-func rowName(first, last int64) string {
-	switch {
-	case last == 0:
-		return "its first row"
-	case first == last:
-		return fmt.Sprintf("the row of event %d", first)
-	}
-	return fmt.Sprintf("the row of events %d to %d", first, last)
-}
-
 // Events reads the instance's first row, which says it exists, with the
 // segments after event after, in one query.
 func (s *Store) Events(ctx context.Context, id string, after int64) ([]flow.Event, error) {
@@ -432,75 +418,28 @@ func (s *Store) Events(ctx context.Context, id string, after int64) ([]flow.Even
 	if err != nil {
 		return nil, err
 	}
-	refs := make([]map[string]segment.Texts, len(rows))
-	var missing []int64
+	segs := make([]segment.Row, len(rows))
 	for i, r := range rows {
-		if refs[i], err = segment.Refs(r.texts); err != nil {
-			return nil, fmt.Errorf("instance %q: %s: %w", id, rowName(r.first, r.last), err)
-		}
-		missing = s.missingTexts(missing, refs[i])
+		segs[i] = r.Row
 	}
-	if err := s.loadTexts(ctx, missing); err != nil {
-		return nil, fmt.Errorf("instance %q: %w", id, err)
-	}
-	var out []flow.Event
-	for i, r := range rows {
-		events, err := segment.Decode(r.events, r.hidden, refs[i], after, s.text)
-		if err != nil {
-			return nil, fmt.Errorf("instance %q: %s: %w", id, rowName(r.first, r.last), err)
-		}
-		out = append(out, events...)
-	}
-	return out, nil
-}
-
-// missingTexts adds to ids the texts refs names that have not been read.
-func (s *Store) missingTexts(ids []int64, refs map[string]segment.Texts) []int64 {
-	if len(refs) == 0 {
-		return ids
-	}
-	s.textsMu.Lock()
-	defer s.textsMu.Unlock()
-	for _, t := range refs {
-		for _, id := range []int64{t.Constitution, t.SystemPrompt} {
-			if _, ok := s.texts[id]; !ok && id != 0 {
-				ids = append(ids, id)
-			}
-		}
-	}
-	return ids
+	return s.texts.Events(ctx, id, segs, after, s.loadTexts)
 }
 
 // loadTexts reads the texts with the given ids, and checks them.
-func (s *Store) loadTexts(ctx context.Context, ids []int64) error {
+func (s *Store) loadTexts(ctx context.Context, ids []int64) (map[int64]string, error) {
+	read := make(map[int64]string, len(ids))
 	for _, id := range ids {
 		var body []byte
 		var sum sql.NullInt64
 		if err := s.read.QueryRowContext(ctx, `SELECT body, sum FROM texts WHERE id = ?`, id).Scan(&body, &sum); err != nil {
-			return fmt.Errorf("text %d: %w", id, err)
+			return nil, fmt.Errorf("text %d: %w", id, err)
 		}
 		if !checked(sum, textSum(body)) {
-			return fmt.Errorf("text %d: %w", id, flow.ErrCorrupt)
+			return nil, fmt.Errorf("text %d: %w", id, flow.ErrCorrupt)
 		}
-		s.textsMu.Lock()
-		s.texts[id] = string(body)
-		s.textsMu.Unlock()
+		read[id] = string(body)
 	}
-	return nil
-}
-
-// text returns a text loadTexts has read; "" for 0.
-func (s *Store) text(id int64) (string, error) {
-	if id == 0 {
-		return "", nil
-	}
-	s.textsMu.Lock()
-	defer s.textsMu.Unlock()
-	body, ok := s.texts[id]
-	if !ok {
-		return "", fmt.Errorf("text %d: not read", id)
-	}
-	return body, nil
+	return read, nil
 }
 
 // List derives each instance's summary in one query from its segments:
