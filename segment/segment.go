@@ -71,9 +71,33 @@ type Segment struct {
 	events, hidden, texts []byte
 }
 
-// Add encodes an event in the segment, with the ids of its step's texts.
-// Names and times need no escaping.
-func (s *Segment) Add(e Event, constitution, systemPrompt int64) {
+// Add encodes an instance's events in the segment, each step's texts by
+// the ids textID gives them. Ids only grow.
+func (s *Segment) Add(instance string, events []Event, textID func(body string) (int64, error)) error {
+	for _, e := range events {
+		var c, p int64
+		var err error
+		if e.Constitution != "" {
+			if c, err = textID(e.Constitution); err != nil {
+				return err
+			}
+		}
+		if e.SystemPrompt != "" {
+			if p, err = textID(e.SystemPrompt); err != nil {
+				return err
+			}
+		}
+		if e.ID <= s.Last {
+			return fmt.Errorf("instance %s: event %d after %d: ids only grow", instance, e.ID, s.Last)
+		}
+		s.add(e, c, p)
+	}
+	return nil
+}
+
+// add encodes an event, with the ids of its step's texts. Names and times
+// need no escaping.
+func (s *Segment) add(e Event, constitution, systemPrompt int64) {
 	if s.First == 0 {
 		s.First = e.ID
 	}

@@ -244,22 +244,8 @@ func (s *Store) commitTx(batch []segment.Write[func(tx *sql.Tx) error]) error {
 			byInstance[w.ID] = r
 			rows = append(rows, r)
 		}
-		for _, ev := range w.Events {
-			var c, p int64
-			if ev.Constitution != "" {
-				if c, err = textID(ev.Constitution); err != nil {
-					return err
-				}
-			}
-			if ev.SystemPrompt != "" {
-				if p, err = textID(ev.SystemPrompt); err != nil {
-					return err
-				}
-			}
-			if ev.ID <= r.Last {
-				return fmt.Errorf("instance %s: event %d after %d: ids only grow", w.ID, ev.ID, r.Last)
-			}
-			r.Add(ev, c, p)
+		if err := r.Add(w.ID, w.Events, textID); err != nil {
+			return err
 		}
 	}
 	for _, r := range rows {
