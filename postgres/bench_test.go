@@ -3,145 +3,19 @@
 package postgres_test
 
 import (
-	"context"
-	"encoding/json"
-	"fmt"
-	"sync"
 	"testing"
-	"time"
 
-	"superego/agents"
-	"superego/agents/agentstest"
 	"superego/flow"
-	"superego/tools"
+	"superego/flow/storetest"
 )
 
-func stepEvent(n int64) flow.Event {
-	next := "calculator"
-	return flow.Event{ID: n, Name: flow.EventCompleteStep, Time: time.Now(), Data: flow.Step{
-		StepID: fmt.Sprint(n), AgentID: "input_superego", Node: "input_superego", Role: flow.RoleAssistant, Timestamp: time.Now(),
-		Input: "What is 5*10?", Constitution: "Be helpful.", Decision: "CAUTION", Response: "ok", NextAgent: &next,
-		Thinking: "Benign arithmetic request.", AgentGuidance: "verify"}}
+func BenchmarkAppend(b *testing.B)           { storetest.Append(b, open(b)) }
+func BenchmarkAppendConcurrent(b *testing.B) { storetest.AppendConcurrent(b, open(b)) }
+
+// stores are PostgreSQL alone: sqlite's benchmarks give memory and SQLite.
+var stores = []storetest.Store{
+	{Name: "postgres", Open: func(b testing.TB) flow.Store { return open(b) }},
 }
 
-// BenchmarkAppend is one writer appending steps one after another, each
-// durable before the next: the latency of one commit.
-func BenchmarkAppend(b *testing.B) {
-	s := open(b)
-	flow.Wait(func(done func(error)) { s.Create(flow.Instance{ID: "i", FlowID: "f", CreatedAt: time.Now()}, done) })
-	var n int64
-	for b.Loop() {
-		n++
-		if err := flow.Wait(func(done func(error)) { s.Append("i", []flow.Event{stepEvent(n)}, done) }); err != nil {
-			b.Fatal(err)
-		}
-	}
-	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "steps/s")
-}
-
-// BenchmarkAppendConcurrent is 100 runs appending at once, each waiting
-// for its own step to be durable, as runs do.
-func BenchmarkAppendConcurrent(b *testing.B) {
-	s := open(b)
-	const runs = 100
-	for r := range runs {
-		flow.Wait(func(done func(error)) {
-			s.Create(flow.Instance{ID: fmt.Sprint(r), FlowID: "f", CreatedAt: time.Now()}, done)
-		})
-	}
-	per := b.N/runs + 1
-	b.ResetTimer()
-	var wg sync.WaitGroup
-	for r := range runs {
-		wg.Go(func() {
-			for n := int64(1); n <= int64(per); n++ {
-				if err := flow.Wait(func(done func(error)) { s.Append(fmt.Sprint(r), []flow.Event{stepEvent(n)}, done) }); err != nil {
-					b.Error(err)
-					return
-				}
-			}
-		})
-	}
-	wg.Wait()
-	b.ReportMetric(float64(per*runs)/b.Elapsed().Seconds(), "steps/s")
-}
-
-type instant struct{}
-
-func (instant) Act(_ context.Context, t *flow.Task, _ func(flow.Event)) (flow.Reply, error) {
-	switch {
-	case t.Node.Name == "calculator" && len(t.ToolRounds) == 0:
-		return flow.Reply{ToolUsage: []flow.ToolUse{{ID: "c", ToolName: "calculator", Input: json.RawMessage(`{"expression":"5*10"}`), Output: "50"}}}, nil
-	case t.Node.Name == "calculator":
-		return flow.Reply{Decision: "COMPLETE", Response: "5*10 = 50"}, nil
-	case t.Node.Name == "input_superego":
-		return flow.Reply{Decision: "CAUTION", Response: "ok", Thinking: "benign", AgentGuidance: "verify"}, nil
-	}
-	return flow.Reply{Decision: "ACCEPT"}, nil
-}
-
-const guarded = `{"name": "g", "graph": {"start": "input_superego", "nodes": {
-  "input_superego": {"type": "superego", "agent_id": "input_superego", "constitution": "c", "transitions": {"BLOCK": null, "CAUTION": "calculator"}},
-  "calculator": {"type": "inner_agent", "agent_id": "calculator", "tools": ["calculator"], "transitions": {"COMPLETE": "output_superego"}},
-  "output_superego": {"type": "superego", "agent_id": "output_superego", "constitution": "c", "transitions": {"ACCEPT": null}}}}}`
-
-// stores are the stores the engine benchmarks run on: PostgreSQL alone,
-// since sqlite's benchmarks, the same code, give memory and SQLite.
-var stores = []struct {
-	name string
-	open func(testing.TB) flow.Store
-}{
-	{"postgres", func(b testing.TB) flow.Store { return open(b) }},
-}
-
-// benchEngine runs flows one after another through the engine, a watcher
-// encoding every event as it is delivered, on each store.
-func benchEngine(b *testing.B, def *flow.Definition, agent flow.Agent) {
-	for _, store := range stores {
-		b.Run(store.name, func(b *testing.B) {
-			e := &flow.Engine{Flows: map[string]*flow.Flow{"g": {ID: "g", Def: def}}, Exec: &flow.Executor{Agent: agent}, Store: store.open(b)}
-			b.ReportAllocs()
-			for b.Loop() {
-				if err := e.Run(context.Background(), flow.Request{FlowID: "g", Input: "What is 5*10?"}, func(ev flow.Event) { json.Marshal(ev.Data) }); err != nil {
-					b.Fatal(err)
-				}
-			}
-		})
-	}
-}
-
-// BenchmarkEngine is the guarded calculator's four node iterations from an
-// agent that answers at once: the engine and the store alone. The
-// PostgreSQL figure is the cost of making every event durable, over
-// loopback, before a client sees it.
-func BenchmarkEngine(b *testing.B) {
-	def, err := flow.Parse([]byte(guarded), flow.Catalog{})
-	if err != nil {
-		b.Fatal(err)
-	}
-	benchEngine(b, def, instant{})
-}
-
-// BenchmarkGuardedCalculator is the same flow through the real agents:
-// prompts, the model protocol, reply parsing and the calculator tool, on an
-// instant in-process model.
-func BenchmarkGuardedCalculator(b *testing.B) {
-	def, err := flow.Parse([]byte(guarded), flow.Catalog{Tools: []string{"calculator"}})
-	if err != nil {
-		b.Fatal(err)
-	}
-	model := agents.Model{LLM: agentstest.Func(func(r agentstest.Request) agentstest.Answer {
-		switch r.Node() {
-		case "input_superego":
-			return agentstest.Reply("Benign arithmetic request.", "CAUTION", "verify", "ok")
-		case "calculator":
-			if res := r.ToolResults(); len(res) > 0 {
-				return agentstest.Reply("done", "COMPLETE", "none", "5*10 = "+res[0].Text)
-			}
-			return agentstest.Answer{ToolCalls: []agentstest.Call{{ID: "call_calc_1", Name: "calculator", Args: `{"expression":"5*10"}`}}}
-		}
-		return agentstest.Reply("The draft agrees with the tool.", "ACCEPT", "none", "")
-	}), Name: "func"}
-	agent := &agents.Agent{Model: func(string) (agents.Model, error) { return model, nil }, Tools: tools.Set{"calculator": tools.Calculator()}}
-	benchEngine(b, def, agent)
-}
+func BenchmarkEngine(b *testing.B)            { storetest.Engine(b, stores) }
+func BenchmarkGuardedCalculator(b *testing.B) { storetest.GuardedCalculator(b, stores) }

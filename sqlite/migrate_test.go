@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"superego/flow"
+	"superego/flow/storetest"
 	"superego/sqlite"
 )
 
@@ -71,7 +72,7 @@ func TestOpenBringsEveryLayoutUpToDate(t *testing.T) {
 			if err := flow.Wait(func(done func(error)) { s.Create(flow.Instance{ID: "i", FlowID: "f"}, done) }); err != nil {
 				t.Fatal(err)
 			}
-			if err := flow.Wait(func(done func(error)) { s.Append("i", []flow.Event{stepEvent(1)}, done) }); err != nil {
+			if err := flow.Wait(func(done func(error)) { s.Append("i", []flow.Event{storetest.StepEvent(1)}, done) }); err != nil {
 				t.Fatal(err)
 			}
 			if events, err := s.Events(context.Background(), "i", 0); err != nil || len(events) != 1 {

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"superego/flow"
+	"superego/flow/storetest"
 	"superego/sqlite"
 )
 
@@ -29,7 +30,7 @@ func TestReadBurstKeepsOpenFilesBounded(t *testing.T) {
 	flow.Wait(func(done func(error)) { s.Create(flow.Instance{ID: "i", FlowID: "f", CreatedAt: time.Now()}, done) })
 	// Reads of forty rows each last long enough to overlap.
 	for n := int64(1); n <= 40; n++ {
-		flow.Wait(func(done func(error)) { s.Append("i", []flow.Event{stepEvent(n)}, done) })
+		flow.Wait(func(done func(error)) { s.Append("i", []flow.Event{storetest.StepEvent(n)}, done) })
 	}
 	start := make(chan struct{})
 	before := openFiles(t)
@@ -78,10 +79,12 @@ func TestChangedRowIsReportedNotServed(t *testing.T) {
 	ctx := context.Background()
 	for _, id := range []string{"good", "bad"} {
 		flow.Wait(func(done func(error)) { s.Create(flow.Instance{ID: id, FlowID: "f", CreatedAt: time.Now()}, done) })
-		flow.Wait(func(done func(error)) { s.Append(id, []flow.Event{stepEvent(1), stepEvent(2)}, done) })
-		flow.Wait(func(done func(error)) { s.Append(id, []flow.Event{stepEvent(3)}, done) })
+		flow.Wait(func(done func(error)) {
+			s.Append(id, []flow.Event{storetest.StepEvent(1), storetest.StepEvent(2)}, done)
+		})
+		flow.Wait(func(done func(error)) { s.Append(id, []flow.Event{storetest.StepEvent(3)}, done) })
 	}
-	held := stepEvent(0)
+	held := storetest.StepEvent(0)
 	if err := flow.Wait(func(done func(error)) { s.Hold("bad", held, done) }); err != nil {
 		t.Fatal(err)
 	}

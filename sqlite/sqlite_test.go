@@ -92,7 +92,7 @@ func TestWALStaysBounded(t *testing.T) {
 	const commits = 1500
 	big := strings.Repeat("x", 64<<10)
 	for n := int64(1); n <= commits; n++ {
-		e := stepEvent(n)
+		e := storetest.StepEvent(n)
 		step := e.Data.(flow.Step)
 		step.Response = big
 		e.Data = step
@@ -155,10 +155,10 @@ INSERT INTO log VALUES ('old', 1, 2, '2026-11-20T10:00:02.000000000Z', 1, 'runni
 	if got := fmt.Sprint(list[0].ID, list[0].Status, list[0].Steps, " ", list[1].ID, list[1].Status, list[1].Steps, " ", list[1].UpdatedAt.Format(time.TimeOnly)); got != "newnew0 oldcompleted1 10:00:03" {
 		t.Errorf("list: %s", got)
 	}
-	if err := flow.Wait(func(done func(error)) { s.Append("old", []flow.Event{stepEvent(3)}, done) }); err == nil {
+	if err := flow.Wait(func(done func(error)) { s.Append("old", []flow.Event{storetest.StepEvent(3)}, done) }); err == nil {
 		t.Error("event 3 appended twice")
 	}
-	if err := flow.Wait(func(done func(error)) { s.Append("new", []flow.Event{stepEvent(1)}, done) }); err != nil {
+	if err := flow.Wait(func(done func(error)) { s.Append("new", []flow.Event{storetest.StepEvent(1)}, done) }); err != nil {
 		t.Errorf("append after migrating: %v", err)
 	}
 	db := readRaw(t, path)
@@ -175,8 +175,8 @@ func TestBatchCreatesAndAppends(t *testing.T) {
 	s := open(t)
 	errs := make(chan error, 3)
 	s.Create(flow.Instance{ID: "i", FlowID: "f", CreatedAt: time.Now()}, func(err error) { errs <- err })
-	s.Append("i", []flow.Event{stepEvent(1)}, func(err error) { errs <- err })
-	s.Append("nobody", []flow.Event{stepEvent(1)}, func(err error) { errs <- err })
+	s.Append("i", []flow.Event{storetest.StepEvent(1)}, func(err error) { errs <- err })
+	s.Append("nobody", []flow.Event{storetest.StepEvent(1)}, func(err error) { errs <- err })
 	if err := <-errs; err != nil {
 		t.Errorf("create: %v", err)
 	}
@@ -296,7 +296,7 @@ INSERT INTO log VALUES ('i', 0, 0, 'f', '2026-11-20T10:00:00.000000000Z', '2026-
 		t.Fatal(err)
 	}
 	defer s.Close()
-	if err := flow.Wait(func(done func(error)) { s.Append("i", []flow.Event{stepEvent(2)}, done) }); err != nil {
+	if err := flow.Wait(func(done func(error)) { s.Append("i", []flow.Event{storetest.StepEvent(2)}, done) }); err != nil {
 		t.Fatalf("append after adding texts: %v", err)
 	}
 	events, err := s.Events(context.Background(), "i", 0)
