@@ -252,10 +252,7 @@ func (s *Server) experimentEvents(w http.ResponseWriter, r *http.Request) error 
 	}
 	rc := http.NewResponseController(w)
 	rc.SetReadDeadline(time.Time{})
-	timeout := s.WriteTimeout
-	if timeout <= 0 {
-		timeout = DefaultWriteTimeout
-	}
+	timeout := s.writeTimeout()
 	sess.Res.Header().Set("Cache-Control", "no-cache")
 	sess.Res.Header().Set("X-Accel-Buffering", "no")
 	rc.SetWriteDeadline(time.Now().Add(timeout))

@@ -722,10 +722,7 @@ func lastSpeakers(def *flow.Definition) map[string]bool {
 // answer is. If the client goes away, the run goes on all the same.
 func (s *Server) streamChat(w http.ResponseWriter, r *http.Request, sub *flow.Subscription, c *completion, def *flow.Definition, includeUsage bool) error {
 	defer s.streaming()()
-	cs := &chatStream{w: w, rc: http.NewResponseController(w), timeout: s.WriteTimeout, c: c, speaks: lastSpeakers(def)}
-	if cs.timeout <= 0 {
-		cs.timeout = DefaultWriteTimeout
-	}
+	cs := &chatStream{w: w, rc: http.NewResponseController(w), timeout: s.writeTimeout(), c: c, speaks: lastSpeakers(def)}
 	if includeUsage {
 		cs.usage = nullUsage
 	}

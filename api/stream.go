@@ -36,10 +36,7 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, sub *flow.Subscr
 	// The request is read: the server's read deadline must not end the
 	// stream, and a write deadline per event bounds a stalled client.
 	rc.SetReadDeadline(time.Time{})
-	timeout := s.WriteTimeout
-	if timeout <= 0 {
-		timeout = DefaultWriteTimeout
-	}
+	timeout := s.writeTimeout()
 	write := func(frame []byte, flush bool) error {
 		rc.SetWriteDeadline(time.Now().Add(timeout))
 		if _, err := w.Write(frame); err != nil {
@@ -265,11 +262,15 @@ func (s *Server) finish(w http.ResponseWriter, res runResult) error {
 // deadline bounds the writing of an answer that a long run kept waiting:
 // the server has no write timeout of its own, for the sake of streams.
 func (s *Server) deadline(w http.ResponseWriter) {
-	timeout := s.WriteTimeout
-	if timeout <= 0 {
-		timeout = DefaultWriteTimeout
+	http.NewResponseController(w).SetWriteDeadline(time.Now().Add(s.writeTimeout()))
+}
+
+// writeTimeout is how long a client may take to accept a write.
+func (s *Server) writeTimeout() time.Duration {
+	if s.WriteTimeout <= 0 {
+		return DefaultWriteTimeout
 	}
-	http.NewResponseController(w).SetWriteDeadline(time.Now().Add(timeout))
+	return s.WriteTimeout
 }
 
 // streamInstance serves GET /flow/instances/{id}/stream: the events after
