@@ -13,7 +13,6 @@ import (
 	"context"
 	"fmt"
 	"net/http"
-	"net/http/httptest"
 	"os"
 	"strconv"
 	"testing"
@@ -109,11 +108,4 @@ func Command(tb testing.TB, name string, env map[string]string) tools.MCPServer 
 func Handler() http.Handler {
 	s := NewServer()
 	return mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s }, nil)
-}
-
-// HTTP serves the test server over streamable HTTP until the test ends.
-func HTTP(tb testing.TB) *httptest.Server {
-	srv := httptest.NewServer(Handler())
-	tb.Cleanup(srv.Close)
-	return srv
 }
