@@ -23,8 +23,8 @@ const maxDatasetLine = 1 << 20
 // header has Behavior and BehaviorID, else id, input, label, category.
 // An error names the file and, for a row that does not read, its line.
 func readDatasets(paths []string, label string, env Env) ([]Sample, error) {
-	if label != "" && label != Harmful && label != Benign {
-		return nil, fmt.Errorf("label: must be %q or %q, not %q", Harmful, Benign, label)
+	if msg := checkLabel(label); label != "" && msg != "" {
+		return nil, errors.New(msg)
 	}
 	var out []Sample
 	for _, p := range paths {

@@ -246,10 +246,8 @@ func (s Sample) check() string {
 		return "id: is required"
 	case strings.TrimSpace(s.Input) == "":
 		return "input: is required"
-	case s.Label != Harmful && s.Label != Benign:
-		return fmt.Sprintf("label: must be %q or %q, not %q", Harmful, Benign, s.Label)
 	}
-	return ""
+	return checkLabel(s.Label)
 }
 
 // duplicates names a sample whose label and id another has: outcomes are

@@ -105,11 +105,7 @@ func (l *Lab) Create(ctx context.Context, p *Plan) (Record, error) {
 // background: Wait waits for them, Subscribe follows them, Cancel stops
 // them.
 func (l *Lab) Start(ctx context.Context, id string, opts Options) error {
-	rec, err := l.Store.Experiment(ctx, id)
-	if err != nil {
-		return err
-	}
-	plan, err := DecodePlan(rec.Plan)
+	rec, plan, err := l.load(ctx, id)
 	if err != nil {
 		return err
 	}

@@ -20,17 +20,16 @@ type Report struct {
 	CreatedAt    time.Time `json:"created_at"`
 	// RefusalJudge says what decided that a final answer was the agent's
 	// own refusal: the built-in heuristic (named), or a model.
-	RefusalJudge JudgeInfo            `json:"refusal_judge"`
-	Samples      map[string]int       `json:"samples"` // label → samples
-	Repeats      int                  `json:"repeats"`
-	Outcomes     int                  `json:"outcomes"` // recorded, of Total
-	Total        int                  `json:"total"`
-	Calls        Calls                `json:"calls"`
-	Conditions   []ConditionReport    `json:"conditions"`
-	Comparisons  []Comparison         `json:"comparisons"`
-	Statistics   map[string]string    `json:"statistics"`
-	Attribution  map[string]string    `json:"attribution"`
-	byCondition  map[string][]Outcome // for comparisons
+	RefusalJudge JudgeInfo         `json:"refusal_judge"`
+	Samples      map[string]int    `json:"samples"` // label → samples
+	Repeats      int               `json:"repeats"`
+	Outcomes     int               `json:"outcomes"` // recorded, of Total
+	Total        int               `json:"total"`
+	Calls        Calls             `json:"calls"`
+	Conditions   []ConditionReport `json:"conditions"`
+	Comparisons  []Comparison      `json:"comparisons"`
+	Statistics   map[string]string `json:"statistics"`
+	Attribution  map[string]string `json:"attribution"`
 }
 
 // ConditionReport is one condition's row of the report.
@@ -107,23 +106,32 @@ var (
 	}
 )
 
+// byCondition groups outcomes by their condition.
+func byCondition(outcomes []Outcome) map[string][]Outcome {
+	by := map[string][]Outcome{}
+	for _, o := range outcomes {
+		by[o.Condition] = append(by[o.Condition], o)
+	}
+	return by
+}
+
 // buildReport computes the report of outcomes under plan.
 func buildReport(rec Record, plan *Plan, outcomes []Outcome, judge JudgeInfo) *Report {
 	r := &Report{ExperimentID: rec.ID, Name: rec.Name, Status: rec.Status, CreatedAt: rec.CreatedAt, RefusalJudge: judge,
 		Samples: map[string]int{Harmful: 0, Benign: 0}, Repeats: plan.Repeats, Outcomes: len(outcomes),
 		Total: len(plan.Conditions) * len(plan.Samples) * plan.Repeats, Conditions: []ConditionReport{}, Comparisons: []Comparison{},
-		Statistics: statistics, Attribution: attribution, byCondition: map[string][]Outcome{}}
+		Statistics: statistics, Attribution: attribution}
 	for _, s := range plan.Samples {
 		r.Samples[s.Label]++
 	}
 	for _, o := range outcomes {
-		r.byCondition[o.Condition] = append(r.byCondition[o.Condition], o)
 		r.Calls.add(o.Calls)
 	}
+	by := byCondition(outcomes)
 	for i, c := range plan.Conditions {
-		cr := conditionReport(c, r.byCondition[c.Name])
+		cr := conditionReport(c, by[c.Name])
 		if i > 0 {
-			cmp := compare(plan, plan.Conditions[0].Name, c.Name, r.byCondition)
+			cmp := compare(plan, plan.Conditions[0].Name, c.Name, by)
 			cr.McNemarP = map[string]float64{Harmful: cmp.Harmful.P, Benign: cmp.Benign.P}
 			r.Comparisons = append(r.Comparisons, cmp)
 		}

@@ -160,7 +160,7 @@ func (l *Lab) Get(ctx context.Context, id string) (View, error) {
 
 // Compare pairs two of the experiment's conditions.
 func (l *Lab) Compare(ctx context.Context, id, a, b string) (*Comparison, error) {
-	rec, plan, err := l.load(ctx, id)
+	_, plan, err := l.load(ctx, id)
 	if err != nil {
 		return nil, err
 	}
@@ -169,10 +169,10 @@ func (l *Lab) Compare(ctx context.Context, id, a, b string) (*Comparison, error)
 			return nil, fmt.Errorf("experiment %s has no condition %q (its conditions: %v): %w", id, name, names(plan), flow.ErrNotFound)
 		}
 	}
-	rep, err := l.report(ctx, rec, plan)
+	outcomes, err := l.results(ctx, id, plan)
 	if err != nil {
 		return nil, err
 	}
-	c := compare(plan, a, b, rep.byCondition)
+	c := compare(plan, a, b, byCondition(outcomes))
 	return &c, nil
 }

@@ -32,7 +32,6 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -78,7 +77,6 @@ type Replicas struct {
 	watchers map[string]map[chan struct{}]struct{}
 	claims   map[string]*held // runs claimed here, by instance
 	renewed  time.Time        // when the last renew that worked began
-	listened atomic.Bool      // the listening connection is up
 }
 
 var _ flow.Replicas = (*Replicas)(nil)
@@ -362,16 +360,20 @@ func (r *Replicas) Watch(instance string) (<-chan struct{}, func()) {
 func (r *Replicas) wake(instance string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	for id, ws := range r.watchers {
-		if instance != "" && id != instance {
-			continue
-		}
+	poke := func(ws map[chan struct{}]struct{}) {
 		for w := range ws {
 			select {
 			case w <- struct{}{}:
 			default:
 			}
 		}
+	}
+	if instance != "" {
+		poke(r.watchers[instance])
+		return
+	}
+	for _, ws := range r.watchers {
+		poke(ws)
 	}
 }
 
@@ -384,7 +386,6 @@ func (r *Replicas) listen(ctx context.Context) {
 	defer poll.Stop()
 	for ctx.Err() == nil {
 		err := r.listenOnce(ctx)
-		r.listened.Store(false)
 		if ctx.Err() != nil {
 			return
 		}
@@ -409,7 +410,6 @@ func (r *Replicas) listenOnce(ctx context.Context) error {
 			return err
 		}
 	}
-	r.listened.Store(true)
 	r.wake("") // whatever was written while nobody listened
 	for {
 		n, err := conn.Conn().WaitForNotification(ctx)
