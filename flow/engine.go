@@ -398,8 +398,10 @@ func (e *Engine) endRun(run *liveRun, turn Turn) {
 // Recover finds the runs the store says are in progress, left so by a crash
 // or a shutdown, and resumes each from its last recorded step, its held
 // events held still: their judge runs again before anything of them goes
-// out. A run whose flow is gone ends failed, with the reason. It returns how
-// many it resumed. only, where set, picks the runs by their options: a
+// out. A run that cannot resume (its flow is gone, or no longer has what
+// the run's options name) ends failed, with the reason; one whose log does
+// not read (ErrCorrupt) is logged and left as it is. Neither keeps the
+// others from resuming. It returns how many it resumed. only, where set, picks the runs by their options: a
 // process that may share the store with a server resumes only its own.
 func (e *Engine) Recover(ctx context.Context, only func(RunOptions) bool) (int, error) {
 	if e.Replicas != nil {
@@ -412,6 +414,10 @@ func (e *Engine) Recover(ctx context.Context, only func(RunOptions) bool) (int, 
 	resumed := 0
 	for _, inst := range list {
 		events, err := e.Store.Events(ctx, inst.ID, 0)
+		if errors.Is(err, ErrCorrupt) {
+			e.logger().Error("interrupted run cannot resume: its log does not read", "instance_id", inst.ID, "flow_id", inst.FlowID, "err", err)
+			continue
+		}
 		if err != nil {
 			return resumed, fmt.Errorf("recover %s: %w", inst.ID, err)
 		}
@@ -429,9 +435,14 @@ func (e *Engine) Recover(ctx context.Context, only func(RunOptions) bool) (int, 
 			return resumed, fmt.Errorf("recover %s: %w", inst.ID, err)
 		}
 		st := Replay(events)
-		f := e.Flows[inst.FlowID]
-		if f == nil {
-			reason := fmt.Sprintf("flow %q is not loaded any more, so the interrupted run cannot resume", inst.FlowID)
+		var turn Turn
+		reason := ""
+		if f := e.Flows[inst.FlowID]; f == nil {
+			reason = fmt.Sprintf("flow %q is not loaded any more, so the interrupted run cannot resume", inst.FlowID)
+		} else if turn, err = e.turn(ctx, f, opt); err != nil {
+			reason = fmt.Sprintf("the interrupted run cannot resume: %v", err)
+		}
+		if reason != "" {
 			end := []Event{
 				{ID: st.LastID + 1, Name: EventError, Time: time.Now().UTC(), Data: ErrorData{"internal", reason}},
 				{ID: st.LastID + 2, Name: EventDone, Time: time.Now().UTC(), Data: Done{InstanceID: inst.ID, Status: StatusFailed}},
@@ -442,10 +453,6 @@ func (e *Engine) Recover(ctx context.Context, only func(RunOptions) bool) (int, 
 			}
 			e.logger().Warn("interrupted run failed", "instance_id", inst.ID, "flow_id", inst.FlowID, "reason", reason)
 			continue
-		}
-		turn, err := e.turn(ctx, f, opt)
-		if err != nil {
-			return resumed, fmt.Errorf("recover %s: %w", inst.ID, err)
 		}
 		run := newLiveRun()
 		if err := e.reserve(inst.ID, run); err != nil {

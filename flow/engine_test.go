@@ -339,6 +339,57 @@ func TestRecoverFailsARunWhoseFlowIsGone(t *testing.T) {
 	}
 }
 
+// One run that cannot resume keeps no other from resuming, nor the server
+// from starting: a run whose options name a node its flow no longer has
+// ends failed, saying why; one whose log does not read is left as it is.
+func TestRecoverGoesPastRunsThatCannotResume(t *testing.T) {
+	ctx := context.Background()
+	store := &unreadable{MemStore: &flow.MemStore{}, id: "corrupt"}
+	ignore := func(error) {}
+	first := "s"
+	for _, x := range []struct {
+		id      string
+		variant *flow.Variant
+	}{{"lost-node", &flow.Variant{Models: map[string]string{"removed": "openai:gpt-test"}}}, {"corrupt", nil}, {"fine", nil}} {
+		store.Create(flow.Instance{ID: x.id, FlowID: "one"}, ignore)
+		store.Append(x.id, []flow.Event{
+			{ID: 1, Name: flow.EventRunStart, Data: flow.RunStart{InstanceID: x.id, RunOptions: flow.RunOptions{Variant: x.variant}}},
+			{ID: 2, Name: flow.EventCompleteStep, Data: flow.Step{StepID: "1", AgentID: "user", Role: flow.RoleUser, Response: "hi", NextAgent: &first}},
+		}, ignore)
+	}
+	g := newGated()
+	close(g.gate)
+	e := newEngine(t, g, 0)
+	e.Store = store
+	if n, err := e.Recover(ctx, nil); n != 1 || err != nil {
+		t.Fatalf("recover: %d, %v; want the one good run resumed", n, err)
+	}
+	if d := drain(mustSubscribe(t, e, "fine")); d[len(d)-1].Data.(flow.Done).Status != flow.StatusCompleted {
+		t.Errorf("the good run: %+v", d[len(d)-1])
+	}
+	events, _ := store.MemStore.Events(ctx, "lost-node", 0)
+	if len(events) != 4 || !strings.Contains(events[2].Data.(flow.ErrorData).Message, `the interrupted run cannot resume: flow "one": `) ||
+		events[3].Data.(flow.Done).Status != flow.StatusFailed {
+		t.Errorf("the run whose node is gone: %+v", events)
+	}
+	if events, _ := store.MemStore.Events(ctx, "corrupt", 0); len(events) != 2 {
+		t.Errorf("the unreadable run was written to: %+v", events)
+	}
+}
+
+// unreadable is a store one of whose logs does not read.
+type unreadable struct {
+	*flow.MemStore
+	id string
+}
+
+func (s *unreadable) Events(ctx context.Context, id string, after int64) ([]flow.Event, error) {
+	if id == s.id {
+		return nil, fmt.Errorf("instance %q: %w", id, flow.ErrCorrupt)
+	}
+	return s.MemStore.Events(ctx, id, after)
+}
+
 // A new instance may start with the conversation a client kept: its
 // messages are the first steps, and the nodes' models read them as history.
 func TestStartWithAConversation(t *testing.T) {
