@@ -119,11 +119,14 @@ const (
 // get returns ev's frame: "id: …\nevent: …\ndata: …\n\n".
 func (c *frameCache) get(instance string, ev flow.Event) ([]byte, error) {
 	key := frameKey{instance, ev.ID}
-	c.mu.Lock()
-	frame, ok := c.byKey[key]
-	c.mu.Unlock()
-	if ok {
-		return frame, nil
+	cached := ev.Name != flow.EventPartial // a token's frame is small, and is never kept
+	if cached {
+		c.mu.Lock()
+		frame, ok := c.byKey[key]
+		c.mu.Unlock()
+		if ok {
+			return frame, nil
+		}
 	}
 	data, err := json.Marshal(ev.Data)
 	if err != nil {
@@ -135,8 +138,8 @@ func (c *frameCache) get(instance string, ev flow.Event) ([]byte, error) {
 	if _, err := m.WriteTo(&b); err != nil {
 		return nil, err
 	}
-	frame = b.Bytes()
-	if len(frame) < minCached || ev.Name == flow.EventPartial {
+	frame := b.Bytes()
+	if len(frame) < minCached || !cached {
 		return frame, nil
 	}
 	c.mu.Lock()
