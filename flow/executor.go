@@ -153,7 +153,16 @@ func (x *Executor) Run(ctx context.Context, t Turn, sink Sink) Outcome {
 	// Room for a typical turn's steps, so appending rarely copies the log.
 	steps := append(make([]Step, 0, len(t.Steps)+6), t.Steps...)
 	r := &runner{x: x, t: t, now: x.now(), sink: sink, steps: steps, iters: map[string]int{}}
-	r.contextual = len(x.Context) > 0 || len(t.Def.Context) > 0 || t.Def.supervised()
+	if len(x.Context) > 0 || len(t.Def.Context) > 0 || t.Def.supervised() {
+		var names []string
+		for _, n := range t.Def.Graph.Nodes {
+			if n.Type == InnerAgent {
+				names = append(names, n.Tools...)
+			}
+		}
+		slices.Sort(names)
+		r.context = &Supervised{Base: append(slices.Clone(x.Context), t.Def.Context...), Tools: slices.Compact(names)}
+	}
 	if t.Options.Replay != nil {
 		r.replay = newReplayer(t.Recorded, t.Options.Replay)
 	}
@@ -210,9 +219,10 @@ type runner struct {
 	steps []Step
 	iters map[string]int
 	turn  int // index in steps of this turn's user step
-	// contextual: the flow has rules, references or supervisors, so tasks
-	// carry the instance's context.
-	contextual bool
+	// context, where the flow has rules, references or supervisors, is
+	// what tasks carry of the instance's context but its steps; nil where
+	// it has none of them.
+	context *Supervised
 
 	cur      string  // the node running
 	nsteps   int     // node steps this run
@@ -819,7 +829,7 @@ func truncate(s string, n int) string {
 // heldSteps are the ids of the steps held now, for task; nil where no
 // supervisor's view needs them.
 func (r *runner) heldSteps() map[string]bool {
-	if !r.contextual || len(r.held) == 0 {
+	if r.context == nil || len(r.held) == 0 {
 		return nil
 	}
 	held := map[string]bool{}
@@ -857,7 +867,7 @@ func (r *runner) task(steps []Step, held map[string]bool, node *Node) *Task {
 		i--
 	}
 	t.ToolRounds = this[i:]
-	if r.contextual && (node.Type == InnerAgent || len(node.AllowedActions) > 0) {
+	if r.context != nil && (node.Type == InnerAgent || len(node.AllowedActions) > 0) {
 		// What a supervisor reads of the steps can reach a client in its
 		// own step's tool_usage: no hidden field, and nothing of a draft
 		// that is held or was withheld (§3a).
@@ -869,14 +879,9 @@ func (r *runner) task(steps []Step, held map[string]bool, node *Node) *Task {
 			}
 			visible[i] = s
 		}
-		var names []string
-		for _, n := range r.t.Def.Graph.Nodes {
-			if n.Type == InnerAgent {
-				names = append(names, n.Tools...)
-			}
-		}
-		slices.Sort(names)
-		t.Supervised = &Supervised{Base: append(slices.Clone(r.x.Context), r.t.Def.Context...), Steps: visible, Tools: slices.Compact(names)}
+		sv := *r.context
+		sv.Steps = visible
+		t.Supervised = &sv
 	}
 	if i > 0 {
 		t.Guidance, t.GuidanceFrom = this[i-1].AgentGuidance, this[i-1].AgentID
