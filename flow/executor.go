@@ -625,13 +625,12 @@ func (r *runner) stamp(s Step) Step {
 // will judge is held, and released at once if its transition leads where no
 // superego judges it; a superego's decision settles what was held (§3a).
 func (r *runner) appendStep(s Step, node *Node) error {
-	s = r.stamp(s)
-	r.x.Observe.stepped(r.t.FlowID, node, s.Decision)
 	if node != nil && node.Type == Superego && s.Decision != NeedsTool {
 		s.Chunks = r.chunks[node.Name]
 		delete(r.chunks, node.Name)
-		r.steps[len(r.steps)-1].Chunks = s.Chunks
 	}
+	s = r.stamp(s)
+	r.x.Observe.stepped(r.t.FlowID, node, s.Decision)
 	ev := Event{Name: EventCompleteStep, Data: s}
 	switch {
 	case node != nil && node.Judged():

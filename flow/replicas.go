@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 )
 
@@ -112,7 +113,12 @@ func (e *Engine) dispatch(ctx context.Context, req Request, review *Review, watc
 		return nil, err
 	}
 	// The run goes on from its opening, which is in the log now.
-	turn.Steps = Replay(append(stepEvents(st.Steps), d.Opening...)).Steps
+	turn.Steps = slices.Clip(st.Steps)
+	for _, ev := range d.Opening {
+		if s, ok := ev.Data.(Step); ok {
+			turn.Steps = append(turn.Steps, s)
+		}
+	}
 	turn.Resume, turn.Opened, turn.Review, turn.Prior = true, true, nil, nil
 	if !d.Here {
 		sub := e.follow(d.InstanceID, st.LastID, d.Opening, d.Opening[0].ID)
@@ -140,15 +146,6 @@ func (e *Engine) dispatch(ctx context.Context, req Request, review *Review, watc
 	run.mu.Unlock()
 	go e.run(run, turn, claim)
 	return sub, nil
-}
-
-// stepEvents are steps as the events that logged them.
-func stepEvents(steps []Step) []Event {
-	out := make([]Event, len(steps))
-	for i, s := range steps {
-		out[i] = Event{Name: EventCompleteStep, Data: s}
-	}
-	return out
 }
 
 // Take runs here an instance's run that claim holds: one dispatched to the
