@@ -246,7 +246,7 @@ func (g *Graph) markJudged() {
 				continue
 			}
 			for _, t := range n.Transitions {
-				if next := g.Nodes[n.resolve(t)]; next != nil && (next.Type == Superego || next.judged) {
+				if next := n.resolve(t); g.holds(&next) {
 					n.judged, changed = true, true
 					break
 				}
@@ -276,10 +276,13 @@ func (n *Node) Withholds(decision string) bool {
 	return decision == Block || decision == NeedsClarification || slices.Contains(n.Withhold, decision)
 }
 
-// Holds reports whether a turn that goes on to target is still held: a
-// superego will judge it there, or further on.
-func (g *Graph) Holds(target string) bool {
-	next := g.Nodes[target]
+// holds reports whether a turn that goes on to target (nil: it ends) is
+// still held: a superego will judge it there, or further on.
+func (g *Graph) holds(target *string) bool {
+	if target == nil {
+		return false
+	}
+	next := g.Nodes[*target]
 	return next != nil && (next.Type == Superego || next.judged)
 }
 

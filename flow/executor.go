@@ -314,7 +314,7 @@ func (r *runner) run(ctx context.Context) Outcome {
 		// to be released at once: the crash came between its hold and
 		// its release.
 		if n := len(r.steps); len(r.held) > 0 && r.held[len(r.held)-1].Name == EventCompleteStep {
-			if s := r.steps[n-1]; s.NextAgent == nil || !g.Holds(*s.NextAgent) {
+			if s := r.steps[n-1]; !g.holds(s.NextAgent) {
 				if err := r.settle("", true); err != nil {
 					return Outcome{Status: StatusFailed, Err: err}
 				}
@@ -637,7 +637,7 @@ func (r *runner) appendStep(s Step, node *Node) error {
 		if err := r.hold(ev); err != nil {
 			return err
 		}
-		if s.NextAgent == nil || !r.t.Def.Graph.Holds(*s.NextAgent) {
+		if !r.t.Def.Graph.holds(s.NextAgent) {
 			return r.settle("", true)
 		}
 		return nil

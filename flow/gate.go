@@ -387,7 +387,7 @@ func (sp *speculation) adopt(r *runner) (Step, error) {
 		return Step{}, err
 	}
 	last := sp.steps[len(sp.steps)-1]
-	if sp.node.Judged() && (last.NextAgent == nil || !r.t.Def.Graph.Holds(*last.NextAgent)) {
+	if sp.node.Judged() && !r.t.Def.Graph.holds(last.NextAgent) {
 		return last, r.settle("", true)
 	}
 	return last, nil
