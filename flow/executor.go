@@ -477,17 +477,23 @@ func (r *runner) opening() []Event {
 	return append(group, Event{Name: EventCompleteStep, Data: user})
 }
 
+// lastUserStep is the index of the last user step, where the last turn
+// begins; -1 when there is none.
+func lastUserStep(steps []Step) int {
+	for i := len(steps) - 1; i >= 0; i-- {
+		if steps[i].Role == RoleUser {
+			return i
+		}
+	}
+	return -1
+}
+
 // resume finds where an interrupted run was from its log: the steps of its
 // turn give the iterations spent; the caller goes on from the last. Held
 // steps are part of the turn: their judge runs again before anything of
 // them goes out.
 func (r *runner) resume() error {
-	r.turn = -1
-	for i, s := range r.steps {
-		if s.Role == RoleUser {
-			r.turn = i
-		}
-	}
+	r.turn = lastUserStep(r.steps)
 	if r.turn < 0 {
 		return fmt.Errorf("resume: the log has no user step: %w", ErrInvalid)
 	}
@@ -559,10 +565,8 @@ func onError(node *Node, err error) Step {
 // and are dropped when not (package supervision reads the answer); either
 // way the run goes on as the supervisor decided.
 func (r *runner) review() Step {
-	for i, s := range r.steps {
-		if s.Role == RoleUser {
-			r.turn = i
-		}
+	if i := lastUserStep(r.steps); i >= 0 {
+		r.turn = i
 	}
 	r.t.Input = r.steps[r.turn].Response // the message the turn is about
 	last := r.steps[len(r.steps)-1]

@@ -139,12 +139,7 @@ func recorded(ctx context.Context, store Store, id string) ([]Step, error) {
 		return nil, fmt.Errorf("replay %s: %w", id, err)
 	}
 	steps := Replay(events).Steps
-	turn := -1
-	for i, s := range steps {
-		if s.Role == RoleUser {
-			turn = i
-		}
-	}
+	turn := lastUserStep(steps)
 	if turn < 0 {
 		return nil, fmt.Errorf("replay %s: the instance has no turn to replay: %w", id, ErrInvalid)
 	}
