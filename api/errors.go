@@ -43,37 +43,49 @@ var statusOf = []struct {
 // handler adapts a handler that returns an error; the error is written here,
 // once, as JSON.
 func (s *Server) handler(h func(w http.ResponseWriter, r *http.Request) error) http.HandlerFunc {
-	return func(w http.ResponseWriter, r *http.Request) {
-		if err := h(w, r); err != nil {
-			if e := (*Error)(nil); r.Context().Err() != nil && !errors.As(err, &e) {
-				// The client went away: nobody reads an answer, and it is
-				// no fault of the server's.
-				s.logger().Debug("client went away", "method", r.Method, "route", routeOf(r), "err", err)
-				return
-			}
-			s.writeError(w, r, err)
+	return s.adapt(h, func(w http.ResponseWriter, r *http.Request, err error) {
+		e := s.apiError(r, err)
+		if e.Status == http.StatusTooManyRequests {
+			w.Header().Set("Retry-After", "1")
 		}
+		writeJSON(w, e.Status, map[string]*Error{"error": e})
+	})
+}
+
+// adapt adapts a handler that returns an error, which write writes: unless
+// the client went away and the error is not one the handler meant for it.
+func (s *Server) adapt(h func(w http.ResponseWriter, r *http.Request) error, write func(w http.ResponseWriter, r *http.Request, err error)) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		err := h(w, r)
+		if err == nil {
+			return
+		}
+		e, oe := (*Error)(nil), (*openAIError)(nil)
+		if r.Context().Err() != nil && !errors.As(err, &e) && !errors.As(err, &oe) {
+			// The client went away: nobody reads an answer, and it is no
+			// fault of the server's.
+			s.logger().Debug("client went away", "method", r.Method, "route", routeOf(r), "err", err)
+			return
+		}
+		write(w, r, err)
 	}
 }
 
-func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
+// apiError is err as the api answers it: its own errors as they are, the
+// flow package's sentinels with their status and code (statusOf), anything
+// else a 500 with a generic message, logged here, once.
+func (s *Server) apiError(r *http.Request, err error) *Error {
 	var e *Error
-	if !errors.As(err, &e) {
-		e = &Error{Status: http.StatusInternalServerError, Code: "internal", Message: "internal error"}
-		for _, m := range statusOf {
-			if errors.Is(err, m.err) {
-				e = &Error{Status: m.status, Code: m.code, Message: err.Error()}
-				break
-			}
-		}
-		if e.Status == http.StatusInternalServerError {
-			s.logger().Error("request failed", "method", r.Method, "route", routeOf(r), "err", err)
+	if errors.As(err, &e) {
+		return e
+	}
+	for _, m := range statusOf {
+		if errors.Is(err, m.err) {
+			return &Error{Status: m.status, Code: m.code, Message: err.Error()}
 		}
 	}
-	if e.Status == http.StatusTooManyRequests {
-		w.Header().Set("Retry-After", "1")
-	}
-	writeJSON(w, e.Status, map[string]*Error{"error": e})
+	s.logger().Error("request failed", "method", r.Method, "route", routeOf(r), "err", err)
+	return &Error{Status: http.StatusInternalServerError, Code: "internal", Message: "internal error"}
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {

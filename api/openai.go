@@ -80,41 +80,21 @@ func (e *openAIError) MarshalJSON() ([]byte, error) {
 	}{e.Message, openAIType(e.Status), orNull(e.Param), orNull(e.Code)})
 }
 
-// asOpenAI turns any error into OpenAI's format: the api's own errors and
-// the flow package's sentinels keep their status and code (statusOf);
-// anything else is a 500 with a generic message, logged here, once.
+// asOpenAI turns any error into OpenAI's format, with the status and code
+// apiError gives it.
 func (s *Server) asOpenAI(r *http.Request, err error) *openAIError {
 	var oe *openAIError
 	if errors.As(err, &oe) {
 		return oe
 	}
-	var e *Error
-	if errors.As(err, &e) {
-		return &openAIError{Status: e.Status, Code: e.Code, Message: e.Message}
-	}
-	for _, m := range statusOf {
-		if errors.Is(err, m.err) {
-			return &openAIError{Status: m.status, Code: m.code, Message: err.Error()}
-		}
-	}
-	s.logger().Error("request failed", "method", r.Method, "route", routeOf(r), "err", err)
-	return &openAIError{Status: http.StatusInternalServerError, Code: "internal", Message: "internal error"}
+	e := s.apiError(r, err)
+	return &openAIError{Status: e.Status, Code: e.Code, Message: e.Message}
 }
 
 // openAI adapts a handler that returns an error, as handler does, writing
 // the error in OpenAI's format.
 func (s *Server) openAI(h func(w http.ResponseWriter, r *http.Request) error) http.HandlerFunc {
-	return func(w http.ResponseWriter, r *http.Request) {
-		err := h(w, r)
-		if err == nil {
-			return
-		}
-		if oe := (*openAIError)(nil); r.Context().Err() != nil && !errors.As(err, &oe) {
-			s.logger().Debug("client went away", "method", r.Method, "route", routeOf(r), "err", err)
-			return
-		}
-		writeOpenAIError(w, s.asOpenAI(r, err))
-	}
+	return s.adapt(h, func(w http.ResponseWriter, r *http.Request, err error) { writeOpenAIError(w, s.asOpenAI(r, err)) })
 }
 
 func writeOpenAIError(w http.ResponseWriter, e *openAIError) {
