@@ -2,16 +2,12 @@ package api
 
 import (
 	"bufio"
-	"bytes"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"net/http"
 	"strconv"
-	"time"
 
 	"github.com/go-chi/chi/v5"
-	"github.com/tmaxmax/go-sse"
 
 	"superego/experiment"
 	"superego/flow"
@@ -246,17 +242,8 @@ func (s *Server) experimentEvents(w http.ResponseWriter, r *http.Request) error 
 		return err
 	}
 	defer watch.Close()
-	sess, err := sse.Upgrade(w, r)
-	if err != nil {
-		return fmt.Errorf("stream: %w", err)
-	}
-	rc := http.NewResponseController(w)
-	rc.SetReadDeadline(time.Time{})
-	timeout := s.writeTimeout()
-	sess.Res.Header().Set("Cache-Control", "no-cache")
-	sess.Res.Header().Set("X-Accel-Buffering", "no")
-	rc.SetWriteDeadline(time.Now().Add(timeout))
-	if err := sess.Flush(); err != nil {
+	es := s.eventStream(w)
+	if err := es.open(); err != nil {
 		return nil
 	}
 	for n := 1; ; n++ {
@@ -270,22 +257,12 @@ func (s *Server) experimentEvents(w http.ResponseWriter, r *http.Request) error 
 		if !ok {
 			return nil // fell behind: the client reconnects
 		}
-		data, err := json.Marshal(ev.Data)
+		frame, err := sseFrame(strconv.Itoa(n), ev.Name, ev.Data)
 		if err != nil {
 			return err
 		}
-		m := &sse.Message{ID: sse.ID(strconv.Itoa(n)), Type: sse.Type(ev.Name)}
-		m.AppendData(string(data))
-		var b bytes.Buffer
-		m.WriteTo(&b)
-		rc.SetWriteDeadline(time.Now().Add(timeout))
-		if _, err := w.Write(b.Bytes()); err != nil {
+		if err := es.write(frame, len(watch.C) == 0 || ev.Name == experiment.EventDone); err != nil {
 			return nil
-		}
-		if len(watch.C) == 0 || ev.Name == experiment.EventDone {
-			if err := rc.Flush(); err != nil {
-				return nil
-			}
 		}
 		if ev.Name == experiment.EventDone {
 			return nil

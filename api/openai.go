@@ -702,7 +702,7 @@ func lastSpeakers(def *flow.Definition) map[string]bool {
 // answer is. If the client goes away, the run goes on all the same.
 func (s *Server) streamChat(w http.ResponseWriter, r *http.Request, sub *flow.Subscription, c *completion, def *flow.Definition, includeUsage bool) error {
 	defer s.streaming()()
-	cs := &chatStream{w: w, rc: http.NewResponseController(w), timeout: s.writeTimeout(), c: c, speaks: lastSpeakers(def)}
+	cs := &chatStream{eventStream: s.eventStream(w), c: c, speaks: lastSpeakers(def)}
 	if includeUsage {
 		cs.usage = nullUsage
 	}
@@ -746,13 +746,11 @@ func (s *Server) streamChat(w http.ResponseWriter, r *http.Request, sub *flow.Su
 
 // chatStream writes one run's chunks.
 type chatStream struct {
-	w       http.ResponseWriter
-	rc      *http.ResponseController
-	timeout time.Duration
-	c       *completion
-	speaks  map[string]bool
-	usage   any // on every chunk but the usage chunk: left out, or null
-	frame   []byte
+	*eventStream
+	c      *completion
+	speaks map[string]bool
+	usage  any // on every chunk but the usage chunk: left out, or null
+	frame  []byte
 
 	sent      strings.Builder // the answer's text sent so far
 	streaming string          // the step whose text is being sent
@@ -763,11 +761,7 @@ type chatStream struct {
 
 // start sends the headers and the first chunk, at once.
 func (cs *chatStream) start() error {
-	h := cs.w.Header()
-	h.Set("Content-Type", "text/event-stream")
-	h.Set("Cache-Control", "no-cache")
-	h.Set("X-Accel-Buffering", "no")
-	cs.w.WriteHeader(http.StatusOK)
+	cs.header()
 	return cs.send(cs.chunk(roleDelta, nil), true)
 }
 
@@ -834,17 +828,6 @@ func (cs *chatStream) send(v any, flush bool) error {
 	}
 	cs.frame = append(append(append(cs.frame[:0], "data: "...), data...), "\n\n"...)
 	return cs.write(cs.frame, flush)
-}
-
-func (cs *chatStream) write(b []byte, flush bool) error {
-	cs.rc.SetWriteDeadline(time.Now().Add(cs.timeout))
-	if _, err := cs.w.Write(b); err != nil {
-		return err
-	}
-	if flush {
-		return cs.rc.Flush()
-	}
-	return nil
 }
 
 // end sends an error chunk, if there is an error, and data: [DONE].

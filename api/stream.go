@@ -28,29 +28,8 @@ const (
 func (s *Server) stream(w http.ResponseWriter, r *http.Request, sub *flow.Subscription) error {
 	defer sub.Close()
 	defer s.streaming()()
-	sess, err := sse.Upgrade(w, r)
-	if err != nil {
-		return fmt.Errorf("stream: %w", err)
-	}
-	rc := http.NewResponseController(w)
-	// The request is read: the server's read deadline must not end the
-	// stream, and a write deadline per event bounds a stalled client.
-	rc.SetReadDeadline(time.Time{})
-	timeout := s.writeTimeout()
-	write := func(frame []byte, flush bool) error {
-		rc.SetWriteDeadline(time.Now().Add(timeout))
-		if _, err := w.Write(frame); err != nil {
-			return err
-		}
-		if flush {
-			return rc.Flush()
-		}
-		return nil
-	}
-	sess.Res.Header().Set("Cache-Control", "no-cache")
-	sess.Res.Header().Set("X-Accel-Buffering", "no")
-	rc.SetWriteDeadline(time.Now().Add(timeout))
-	if err := sess.Flush(); err != nil { // headers leave now, before the first model call
+	es := s.eventStream(w)
+	if err := es.open(); err != nil { // headers leave now, before the first model call
 		return nil
 	}
 	for ev := range sub.Events(r.Context()) {
@@ -60,7 +39,7 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, sub *flow.Subscr
 		}
 		// Flush when nothing else is waiting: one write for a burst of
 		// deltas, and no event held back.
-		if err := write(frame, ev.Name == flow.EventDone || !sub.Buffered()); err != nil {
+		if err := es.write(frame, ev.Name == flow.EventDone || !sub.Buffered()); err != nil {
 			s.logger().Debug("stream client dropped", "instance", sub.Instance, "event", ev.ID, "err", err)
 			return nil
 		}
@@ -69,6 +48,66 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, sub *flow.Subscr
 		}
 	}
 	return nil
+}
+
+// eventStream writes Server-Sent Events, each write within the server's
+// write timeout: a client that takes longer to accept one is dropped, and
+// may reconnect with Last-Event-ID.
+type eventStream struct {
+	w       http.ResponseWriter
+	rc      *http.ResponseController
+	timeout time.Duration
+}
+
+func (s *Server) eventStream(w http.ResponseWriter) *eventStream {
+	rc := http.NewResponseController(w)
+	// The request is read: the server's read deadline must not end the
+	// stream, and a write deadline per event bounds a stalled client.
+	rc.SetReadDeadline(time.Time{})
+	return &eventStream{w: w, rc: rc, timeout: s.writeTimeout()}
+}
+
+// open sends the headers, at once.
+func (es *eventStream) open() error {
+	es.header()
+	return es.write(nil, true)
+}
+
+// header writes the headers, to go with the next flush.
+func (es *eventStream) header() {
+	h := es.w.Header()
+	h.Set("Content-Type", "text/event-stream")
+	h.Set("Cache-Control", "no-cache")
+	h.Set("X-Accel-Buffering", "no")
+	es.w.WriteHeader(http.StatusOK)
+}
+
+// write writes a frame, and flushes it and what went before if asked.
+func (es *eventStream) write(frame []byte, flush bool) error {
+	es.rc.SetWriteDeadline(time.Now().Add(es.timeout))
+	if _, err := es.w.Write(frame); err != nil {
+		return err
+	}
+	if flush {
+		return es.rc.Flush()
+	}
+	return nil
+}
+
+// sseFrame is an event as Server-Sent Events send it: "id: …\nevent:
+// …\ndata: …\n\n".
+func sseFrame(id, name string, data any) ([]byte, error) {
+	b, err := json.Marshal(data)
+	if err != nil {
+		return nil, err
+	}
+	m := &sse.Message{ID: sse.ID(id), Type: sse.Type(name)}
+	m.AppendData(string(b))
+	var buf bytes.Buffer
+	if _, err := m.WriteTo(&buf); err != nil {
+		return nil, err
+	}
+	return buf.Bytes(), nil
 }
 
 // errTooManyStreams is the answer past MaxStreams.
@@ -128,17 +167,10 @@ func (c *frameCache) get(instance string, ev flow.Event) ([]byte, error) {
 			return frame, nil
 		}
 	}
-	data, err := json.Marshal(ev.Data)
+	frame, err := sseFrame(strconv.FormatInt(ev.ID, 10), ev.Name, ev.Data)
 	if err != nil {
 		return nil, err
 	}
-	m := &sse.Message{ID: sse.ID(strconv.FormatInt(ev.ID, 10)), Type: sse.Type(ev.Name)}
-	m.AppendData(string(data))
-	var b bytes.Buffer
-	if _, err := m.WriteTo(&b); err != nil {
-		return nil, err
-	}
-	frame := b.Bytes()
 	if len(frame) < minCached || !cached {
 		return frame, nil
 	}
