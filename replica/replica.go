@@ -35,6 +35,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
@@ -216,10 +217,20 @@ func (r *Replicas) Dispatch(ctx context.Context, d flow.Dispatch) (*flow.Claim, 
 }
 
 // isConflict reports whether a write failed because another run of the
-// instance was written first: its lease, or its events.
+// instance was written first: its lease, or its events (the log's key, or
+// its trigger, which raises this message).
 func isConflict(err error) bool {
-	msg := err.Error()
-	return strings.Contains(msg, "run_leases_pkey") || strings.Contains(msg, "ids only grow") || strings.Contains(msg, "log_pkey")
+	var pe *pgconn.PgError
+	if !errors.As(err, &pe) {
+		return false
+	}
+	switch pe.Code {
+	case "23505": // unique_violation
+		return pe.ConstraintName == "run_leases_pkey" || pe.ConstraintName == "log_pkey"
+	case "P0001": // raise_exception
+		return pe.Message == "event ids only grow"
+	}
+	return false
 }
 
 // held is a run this replica claimed.
