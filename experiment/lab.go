@@ -323,12 +323,17 @@ func (l *Lab) runPlan(r *run, plan *Plan, opts Options) error {
 	}
 	r.mu.Lock()
 	for _, k := range kept {
-		if !unfinished(k, true) {
-			r.progress.Done++
-			var o Outcome
-			if json.Unmarshal(k.Outcome, &o) == nil && o.apart() && o.Status != flow.StatusDiverged {
-				r.progress.Errors++
-			}
+		if k.Outcome == nil {
+			continue
+		}
+		var o Outcome
+		apart := json.Unmarshal(k.Outcome, &o) == nil && o.apart()
+		if apart && opts.RetryErrors {
+			continue // to run again
+		}
+		r.progress.Done++
+		if apart && o.Status != flow.StatusDiverged {
+			r.progress.Errors++
 		}
 	}
 	r.mu.Unlock()
@@ -336,6 +341,9 @@ func (l *Lab) runPlan(r *run, plan *Plan, opts Options) error {
 
 	for _, replays := range []bool{false, true} {
 		if replays {
+			if !slices.ContainsFunc(plan.Conditions, func(c Planned) bool { return c.Replay != nil }) {
+				break
+			}
 			// The runs a counterfactual replays are those just finished too.
 			if kept, err = l.kept(r.ctx, r.id); err != nil {
 				return err
