@@ -421,12 +421,8 @@ func (e *Engine) Recover(ctx context.Context, only func(RunOptions) bool) (int, 
 		if err != nil {
 			return resumed, fmt.Errorf("recover %s: %w", inst.ID, err)
 		}
-		var opt RunOptions
-		for _, ev := range events {
-			if rs, ok := ev.Data.(RunStart); ok {
-				opt = rs.RunOptions // the interrupted run's, which it keeps
-			}
-		}
+		st := Replay(events)
+		opt := st.Options
 		if only != nil && !only(opt) {
 			continue
 		}
@@ -434,7 +430,6 @@ func (e *Engine) Recover(ctx context.Context, only func(RunOptions) bool) (int, 
 		if err != nil {
 			return resumed, fmt.Errorf("recover %s: %w", inst.ID, err)
 		}
-		st := Replay(events)
 		var turn Turn
 		reason := ""
 		if f := e.Flows[inst.FlowID]; f == nil {
@@ -654,14 +649,8 @@ func (e *Engine) Subscribe(ctx context.Context, id string, after int64) (*Subscr
 			return nil, err
 		}
 		if st := Replay(events); st.Status == StatusRunning {
-			start := int64(0)
-			for _, ev := range events {
-				if ev.Name == EventRunStart {
-					start = ev.ID
-				}
-			}
 			i := sort.Search(len(events), func(i int) bool { return events[i].ID > after })
-			return e.follow(id, after, events[i:], start), nil
+			return e.follow(id, after, events[i:], st.RunStartID), nil
 		}
 	}
 	return e.idle(ctx, id, after, gen)

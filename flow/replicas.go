@@ -170,15 +170,9 @@ func (e *Engine) Take(ctx context.Context, instance string, claim *Claim) error 
 		return nil
 	}
 	f := e.Flows[inst.FlowID]
-	var opt RunOptions
-	for _, ev := range events {
-		if rs, ok := ev.Data.(RunStart); ok {
-			opt = rs.RunOptions
-		}
-	}
 	var turn Turn
 	if f != nil {
-		turn, err = e.turn(ctx, f, opt)
+		turn, err = e.turn(ctx, f, st.Options)
 	}
 	run := newLiveRun()
 	if err := e.reserve(instance, run); err != nil {

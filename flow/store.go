@@ -78,6 +78,10 @@ type State struct {
 	Status    string
 	UpdatedAt time.Time
 	LastID    int64
+	// The last run's start: its event's id, and the options it ran with,
+	// which a run that resumes keeps.
+	RunStartID int64
+	Options    RunOptions
 }
 
 // Replay derives an instance's state from its events.
@@ -89,7 +93,7 @@ func Replay(events []Event) State {
 		case Step:
 			st.Steps = append(st.Steps, d)
 		case RunStart:
-			st.Status = StatusRunning
+			st.Status, st.RunStartID, st.Options = StatusRunning, e.ID, d.RunOptions
 		case Done:
 			st.Status = d.Status
 		}
