@@ -465,10 +465,7 @@ func (e *Engine) Recover(ctx context.Context, only func(RunOptions) bool) (int, 
 func (e *Engine) reserve(id string, run *liveRun) error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	max := e.MaxRuns
-	if max <= 0 {
-		max = 256
-	}
+	max := e.maxRuns()
 	switch {
 	case e.closed:
 		return ErrClosed
@@ -764,14 +761,19 @@ func (e *Engine) Create(ctx context.Context, flowID string) (Instance, error) {
 	return inst, nil
 }
 
+// maxRuns is how many runs may be in flight at once.
+func (e *Engine) maxRuns() int {
+	if e.MaxRuns > 0 {
+		return e.MaxRuns
+	}
+	return 256
+}
+
 // Room reports whether the engine would take one more run now.
 func (e *Engine) Room() bool {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	max := e.MaxRuns
-	if max <= 0 {
-		max = 256
-	}
+	max := e.maxRuns()
 	return !e.closed && len(e.live) < max
 }
 
