@@ -401,8 +401,9 @@ func (e *Engine) endRun(run *liveRun, turn Turn) {
 // out. A run that cannot resume (its flow is gone, or no longer has what
 // the run's options name) ends failed, with the reason; one whose log does
 // not read (ErrCorrupt) is logged and left as it is. Neither keeps the
-// others from resuming. It returns how many it resumed. only, where set, picks the runs by their options: a
-// process that may share the store with a server resumes only its own.
+// others from resuming. It returns how many it resumed. only, where set,
+// picks the runs by their options: a process that may share the store with
+// a server resumes only its own.
 func (e *Engine) Recover(ctx context.Context, only func(RunOptions) bool) (int, error) {
 	if e.Replicas != nil {
 		return 0, nil // a run's job resumes it, on whichever replica takes it
@@ -421,9 +422,8 @@ func (e *Engine) Recover(ctx context.Context, only func(RunOptions) bool) (int, 
 		if err != nil {
 			return resumed, fmt.Errorf("recover %s: %w", inst.ID, err)
 		}
-		st := Replay(events)
-		opt := st.Options
-		if only != nil && !only(opt) {
+		st := Replay(events) // the options are the interrupted run's, which it keeps
+		if only != nil && !only(st.Options) {
 			continue
 		}
 		held, err := e.Store.Held(ctx, inst.ID)
@@ -434,7 +434,7 @@ func (e *Engine) Recover(ctx context.Context, only func(RunOptions) bool) (int, 
 		reason := ""
 		if f := e.Flows[inst.FlowID]; f == nil {
 			reason = fmt.Sprintf("flow %q is not loaded any more, so the interrupted run cannot resume", inst.FlowID)
-		} else if turn, err = e.turn(ctx, f, opt); err != nil {
+		} else if turn, err = e.turn(ctx, f, st.Options); err != nil {
 			reason = fmt.Sprintf("the interrupted run cannot resume: %v", err)
 		}
 		if reason != "" {
