@@ -37,7 +37,14 @@ type Agent struct {
 	// Observe, where set, is told of model and tool calls (observe.go).
 	Observe *Observer
 
-	prompts sync.Map // *flow.Node → its system prompt, built once
+	prompts sync.Map // promptKey → its system prompt, built once
+}
+
+// promptKey names a system prompt: a node's, or a judge's of one kind of
+// action.
+type promptKey struct {
+	node *flow.Node
+	kind string
 }
 
 var _ flow.Agent = (*Agent)(nil)
@@ -62,13 +69,34 @@ func (a *Agent) Act(ctx context.Context, t *flow.Task, emit func(flow.Event)) (f
 		offered = append(offered, llms.Tool{Type: "function", Function: &llms.FunctionDefinition{
 			Name: d.Name, Description: d.Description, Parameters: d.Parameters}})
 	}
+	gate := t.Calls
+	if gate == nil {
+		gate = flow.Ungated(emit)
+	}
+	toolCtx := tools.WithInstance(ctx, t.InstanceID)
+	propose := func(i int, c llms.ToolCall) {
+		use, info, run := a.prepare(t, o, c, i, timeout)
+		gate.Propose(i, use, info, func(context.Context) flow.Result { return run(toolCtx) })
+	}
+	if len(t.Approved) > 0 {
+		// A person answered the calls that waited: they run, or are
+		// refused, as answered, with no model call.
+		for i, u := range t.Approved {
+			propose(i, llms.ToolCall{ID: u.ID, Type: "function", FunctionCall: &llms.FunctionCall{Name: u.ToolName, Arguments: string(u.Input)}})
+		}
+		uses, err := gate.Finish(ctx, len(t.Approved))
+		return flow.Reply{ToolUsage: uses}, err
+	}
 	stream := &responseStream{emit: func(delta string) {
 		emit(flow.Event{Name: flow.EventPartial, Data: flow.Partial{StepID: t.StepID, Node: t.Node.Name, AgentID: t.Node.AgentID, Delta: delta}})
 	}}
+	calling := &callStream{propose: propose}
 	streamed := 0
 	opts := append([]llms.CallOption{llms.WithStreamingFunc(func(_ context.Context, chunk []byte) error {
 		streamed += len(chunk)
-		if !isToolCallChunk(chunk) {
+		if isToolCallChunk(chunk) {
+			calling.Write(chunk)
+		} else {
 			stream.Write(chunk)
 		}
 		return nil
@@ -80,9 +108,13 @@ func (a *Agent) Act(ctx context.Context, t *flow.Task, emit func(flow.Event)) (f
 	callCtx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	start := time.Now()
-	prompt, ok := a.prompts.Load(t.Node)
+	key := promptKey{node: t.Node}
+	if t.Action != nil {
+		key.kind = t.Action.Kind // a judge of actions has a prompt for calls and one for results
+	}
+	prompt, ok := a.prompts.Load(key)
 	if !ok {
-		prompt, _ = a.prompts.LoadOrStore(t.Node, systemPrompt(t))
+		prompt, _ = a.prompts.LoadOrStore(key, systemPrompt(t))
 	}
 	msgs := messages(t, prompt.(string), o.context)
 	callCtx, observed := a.Observe.modelStarted(callCtx, t, m, msgs, start)
@@ -114,14 +146,10 @@ func (a *Agent) Act(ctx context.Context, t *flow.Task, emit func(flow.Event)) (f
 		return reply, nil
 	}
 	for i, c := range calls {
-		if c.ID == "" { // some OpenAI-compatible servers omit it; tool results need one
-			c.ID = fmt.Sprintf("call_%s_%d", t.StepID, i+1)
-		}
-		use, err := a.call(tools.WithInstance(ctx, t.InstanceID), t, o, c, timeout, emit)
-		if err != nil {
-			return reply, err
-		}
-		reply.ToolUsage = append(reply.ToolUsage, use)
+		propose(i, c) // the same call the stream proposed changes nothing
+	}
+	if reply.ToolUsage, err = gate.Finish(ctx, len(calls)); err != nil {
+		return reply, err
 	}
 	if a.Workspaces != nil {
 		a.endCycle(t, &reply)
@@ -256,11 +284,17 @@ func (a *Agent) catalog(names []string) supervision.Catalog {
 	return cat
 }
 
-// call runs one tool call. A tool's error goes back to the model as its
-// result; only a panic, a bug in the tool, fails the run.
-func (a *Agent) call(ctx context.Context, t *flow.Task, o *offered, c llms.ToolCall, timeout time.Duration, emit func(flow.Event)) (use flow.ToolUse, err error) {
+// prepare makes the model's i-th tool call ready to decide (flow.Calls):
+// the call as the step records it, what the executor must know of its
+// tool, and how to run it. A call to a tool the node was not offered, or
+// with arguments that are not JSON, runs nothing and answers the model
+// why. A tool's error goes back to the model as its result.
+func (a *Agent) prepare(t *flow.Task, o *offered, c llms.ToolCall, i int, timeout time.Duration) (flow.ToolUse, flow.ToolInfo, func(context.Context) flow.Result) {
 	node := t.Node
-	use = flow.ToolUse{ID: c.ID}
+	use := flow.ToolUse{ID: c.ID}
+	if use.ID == "" { // some OpenAI-compatible servers omit it; tool results need one
+		use.ID = fmt.Sprintf("call_%s_%d", t.StepID, i+1)
+	}
 	args := ""
 	if c.FunctionCall != nil {
 		use.ToolName, args = c.FunctionCall.Name, c.FunctionCall.Arguments
@@ -273,62 +307,101 @@ func (a *Agent) call(ctx context.Context, t *flow.Task, o *offered, c llms.ToolC
 	default:
 		use.Input, _ = json.Marshal(args) // kept as text, so the step stays valid JSON
 	}
-	emit(flow.Event{Name: flow.EventToolCall, Data: flow.ToolCall{Node: node.Name, ToolName: use.ToolName, Input: use.Input}})
-	defer func() {
-		if p := recover(); p != nil {
-			err = fmt.Errorf("%w: %s panicked: %v", flow.ErrToolFailed, use.ToolName, p)
-			return
-		}
-		emit(flow.Event{Name: flow.EventToolResult, Data: flow.ToolResult{Node: node.Name, ToolName: use.ToolName, Output: use.Output, Error: use.Error}})
-	}()
+	inert := flow.ToolInfo{ReadOnly: true, ClosedWorld: true}
+	answer := func(msg string) func(context.Context) flow.Result {
+		return func(context.Context) flow.Result { return flow.Result{Error: msg} }
+	}
 	if supervision.Handles(use.ToolName) {
 		if o.session == nil {
-			use.Error = fmt.Sprintf("no tool %q here", use.ToolName)
-			return use, nil
+			return use, inert, answer(fmt.Sprintf("no tool %q here", use.ToolName))
 		}
 		label := "unknown" // a name the model made up is no metric's label
 		if slices.ContainsFunc(supervision.Offered(node), func(d supervision.Def) bool { return d.Name == use.ToolName }) {
 			label = use.ToolName
 		}
-		_, observed := a.toolStarted(ctx, t, label)
-		var err error
-		if use.Output, use.Proposed, err = o.session.Call(node, use.ToolName, use.Input); err != nil {
-			use.Error = err.Error()
+		return use, inert, func(ctx context.Context) flow.Result {
+			_, observed := a.toolStarted(ctx, t, label)
+			var r flow.Result
+			out, proposed, err := o.session.Call(node, use.ToolName, use.Input)
+			if err != nil {
+				r.Error = err.Error()
+			}
+			r.Output, r.Proposed = out, proposed
+			a.Observe.toolEnded(ctx, observed, true, r.Error != "")
+			return r
 		}
-		a.Observe.toolEnded(ctx, observed, true, use.Error != "")
-		return use, nil
 	}
-	i := slices.IndexFunc(o.tools, func(x tools.Tool) bool { return x.Name == use.ToolName })
+	i = slices.IndexFunc(o.tools, func(x tools.Tool) bool { return x.Name == use.ToolName })
 	if i < 0 {
 		names := make([]string, len(o.tools))
 		for i, x := range o.tools {
 			names[i] = x.Name
 		}
-		use.Error = fmt.Sprintf("no tool %q here; the tools are: %s", use.ToolName, strings.Join(names, ", "))
-		return use, nil
+		return use, inert, answer(fmt.Sprintf("no tool %q here; the tools are: %s", use.ToolName, strings.Join(names, ", ")))
 	}
 	tool := o.tools[i]
 	if !json.Valid([]byte(args)) && strings.TrimSpace(args) != "" {
-		use.Error = "the arguments are not valid JSON"
-		return use, nil
+		return use, inert, answer("the arguments are not valid JSON")
 	}
-	if !tool.ReadOnly && t.BeforeWrite != nil {
-		if err := t.BeforeWrite(ctx); err != nil {
-			return use, err // the speculative turn is over; nothing was written
+	info := flow.ToolInfo{Description: tool.Description, ReadOnly: tool.ReadOnly, ClosedWorld: tool.ClosedWorld}
+	return use, info, func(ctx context.Context) (r flow.Result) {
+		toolCtx, cancel := context.WithTimeout(ctx, timeout)
+		defer cancel()
+		toolCtx, observed := a.toolStarted(toolCtx, t, use.ToolName)
+		returned := false
+		defer func() { a.Observe.toolEnded(toolCtx, observed, returned, r.Error != "") }() // a panic is the tool's, observed as such
+		out, err := tool.Call(toolCtx, use.Input)
+		returned = true
+		if err != nil {
+			r.Error = err.Error()
 		}
+		r.Output = out
+		return r
 	}
-	toolCtx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	toolCtx, observed := a.toolStarted(toolCtx, t, use.ToolName)
-	returned := false
-	defer func() { a.Observe.toolEnded(toolCtx, observed, returned, use.Error != "") }() // a panic is the tool's, observed as such
-	out, err := tool.Call(toolCtx, use.Input)
-	returned = true
-	if err != nil {
-		use.Error = err.Error()
+}
+
+// callStream reads the tool calls of a reply as langchaingo's OpenAI
+// client streams them (a JSON array of deltas per chunk: a delta with a
+// type starts a call, one without adds to the last call's arguments), and
+// proposes each call as soon as it is whole: when the next one starts, or
+// when its arguments are a whole JSON object.
+type callStream struct {
+	propose  func(i int, c llms.ToolCall)
+	calls    []llms.ToolCall
+	proposed int
+}
+
+func (s *callStream) Write(chunk []byte) {
+	var deltas []struct {
+		ID       string `json:"id"`
+		Type     string `json:"type"`
+		Function struct {
+			Name      string `json:"name"`
+			Arguments string `json:"arguments"`
+		} `json:"function"`
 	}
-	use.Output = out
-	return use, nil
+	if json.Unmarshal(chunk, &deltas) != nil {
+		return // not a chunk of calls after all: the reply's end has them
+	}
+	closing := false
+	for _, d := range deltas {
+		if d.Type == "" && d.Function.Arguments != "" {
+			if n := len(s.calls); n > 0 {
+				s.calls[n-1].FunctionCall.Arguments += d.Function.Arguments
+				closing = closing || strings.Contains(d.Function.Arguments, "}")
+			}
+			continue
+		}
+		s.calls = append(s.calls, llms.ToolCall{ID: d.ID, Type: d.Type, FunctionCall: &llms.FunctionCall{Name: d.Function.Name, Arguments: d.Function.Arguments}})
+	}
+	for i := s.proposed; i < len(s.calls); i++ {
+		args := strings.TrimSpace(s.calls[i].FunctionCall.Arguments)
+		if i == len(s.calls)-1 && !(closing && strings.HasSuffix(args, "}") && json.Valid([]byte(args))) {
+			break
+		}
+		s.propose(i, s.calls[i])
+		s.proposed = i + 1
+	}
 }
 
 func contains(xs []string, x string) bool {

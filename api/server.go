@@ -4,6 +4,7 @@ package api
 
 import (
 	"bytes"
+	"context"
 	"crypto/subtle"
 	"encoding/json"
 	"errors"
@@ -367,18 +368,33 @@ func check(v any) error {
 }
 
 type reviewRequest struct {
-	Approve *bool  `json:"approve" validate:"required"`
-	Note    string `json:"note"`
+	ReviewID string `json:"review_id"`
+	Approve  *bool  `json:"approve" validate:"required"`
+	Note     string `json:"note"`
 }
 
-// review serves POST /flow/instances/{id}/review: a human's answer to a
-// supervisor's HUMAN_REVIEW. The run goes on, streamed as execute's is.
+// review serves POST /flow/instances/{id}/review: a person's answer to a
+// review the instance waits for, a supervisor's HUMAN_REVIEW or changes,
+// or a tool call (SPEC §3c). With the admin token configured, a tool
+// call's review needs it. The run goes on, streamed as execute's is.
 func (s *Server) review(w http.ResponseWriter, r *http.Request) error {
 	var req reviewRequest
 	if err := decode(w, r, &req); err != nil {
 		return err
 	}
-	sub, err := s.Engine.StartReview(r.Context(), chi.URLParam(r, "id"), flow.Review{Approve: *req.Approve, Note: req.Note})
+	id := chi.URLParam(r, "id")
+	if s.AdminToken != "" && !s.admin(r) {
+		_, pending, err := s.reviews(r.Context(), id, true)
+		if err != nil {
+			return err
+		}
+		for _, p := range pending {
+			if p.Kind == "tool_call" && (req.ReviewID == p.ReviewID || req.ReviewID == "" && len(pending) == 1) {
+				return &Error{Status: http.StatusForbidden, Code: "forbidden", Message: "answering a tool call's review needs Authorization: Bearer with the server's SUPEREGO_ADMIN_TOKEN"}
+			}
+		}
+	}
+	sub, err := s.Engine.StartReview(r.Context(), id, flow.Review{ReviewID: req.ReviewID, Approve: *req.Approve, Note: req.Note})
 	if err != nil {
 		return err
 	}
@@ -447,17 +463,59 @@ func (s *Server) getInstance(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	events, err := s.Engine.Store.Events(r.Context(), id, 0)
+	st, pending, err := s.reviews(r.Context(), id, hidden)
 	if err != nil {
 		return err
 	}
-	st := flow.Replay(events)
 	var steps any = st.Steps
 	if hidden {
 		steps = flow.ResearchSteps(st.Steps)
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"instance_id": inst.ID, "flow_id": inst.FlowID, "status": st.Status, "steps": steps})
+	out := map[string]any{"instance_id": inst.ID, "flow_id": inst.FlowID, "status": st.Status, "steps": steps}
+	if pending != nil {
+		out["reviews"] = pending
+	}
+	writeJSON(w, http.StatusOK, out)
 	return nil
+}
+
+// reviews reads an instance's log and, while it awaits review, the reviews
+// it waits for. A call that waits in a held turn (SPEC §3a) is part of a
+// draft no superego has released: its arguments are shown only with full,
+// the research view.
+func (s *Server) reviews(ctx context.Context, id string, full bool) (flow.State, []flow.PendingReview, error) {
+	events, err := s.Engine.Store.Events(ctx, id, 0)
+	if err != nil {
+		return flow.State{}, nil, err
+	}
+	st := flow.Replay(events)
+	if st.Status != flow.StatusAwaitingReview {
+		return st, nil, nil
+	}
+	held, err := s.Engine.Store.Held(ctx, id)
+	if err != nil {
+		return st, nil, err
+	}
+	steps := st.Steps
+	heldCalls := map[string]bool{}
+	for _, ev := range held {
+		if step, ok := ev.Data.(flow.Step); ok {
+			steps = append(slices.Clip(steps), step)
+			for _, u := range step.ToolUsage {
+				heldCalls[u.ID] = true
+			}
+		}
+	}
+	pending := flow.Reviews(steps)
+	for i := range pending {
+		if heldCalls[pending[i].ReviewID] && !full {
+			pending[i].Arguments = nil
+		}
+	}
+	if pending == nil {
+		pending = []flow.PendingReview{}
+	}
+	return st, pending, nil
 }
 
 // admin reports whether the request carries the admin token; with none

@@ -71,7 +71,7 @@ type Node struct {
 	Tools         []string           `json:"tools,omitempty" validate:"dive,required"`
 	Model         string             `json:"model,omitempty" validate:"omitempty,model"`
 	MaxIterations int                `json:"max_iterations,omitempty" validate:"gte=0"`
-	Transitions   map[string]*string `json:"transitions" validate:"required,min=1,dive,keys,decision,endkeys"`
+	Transitions   map[string]*string `json:"transitions" validate:"dive,keys,decision,endkeys"` // required but on a judge (crossCheck)
 	// A supervisor's permissions: which supervised_* tools it is offered.
 	AllowedActions []string `json:"allowed_actions,omitempty" validate:"dive,oneof=READ_ONLY MODIFY_CONTEXT"`
 	// ReviewChanges makes a supervisor's context changes proposals: the
@@ -89,6 +89,14 @@ type Node struct {
 	// Speculate starts the node of this superego's ACCEPT transition at the
 	// same time as the superego, its turn held until the verdict (§3b).
 	Speculate bool `json:"speculate,omitempty"`
+	// Judged actions (SPEC §3c), on an inner agent: the superegos that
+	// judge its tool calls before they run and their results before its
+	// model reads them, the rules that decide calls without a model, and
+	// the tools whose results are judged though they are closed-world.
+	ToolJudge    string       `json:"tool_judge,omitempty"`
+	ResultJudge  string       `json:"result_judge,omitempty"`
+	Permissions  *Permissions `json:"permissions,omitempty"`
+	JudgeResults []string     `json:"judge_results,omitempty" validate:"dive,required"`
 
 	judged        bool   // an inner agent whose turns a superego judges (§3a); set by Parse
 	judge         string // for an inner agent, the superego with judge_stream its drafts go to directly
@@ -149,6 +157,8 @@ var (
 	nodeNameRe = regexp.MustCompile(`^[A-Za-z0-9_.-]+$`)
 	modelRe    = regexp.MustCompile(`^[a-z][a-z0-9-]*(:.+)?$`)
 	mcpToolRe  = regexp.MustCompile(`^mcp__[A-Za-z0-9-]+(_[A-Za-z0-9-]+)*__([A-Za-z0-9_-]+|\*)$`)
+	toolNameRe = regexp.MustCompile(`^[A-Za-z0-9_.-]*$`) // a permission rule's tool, its "*" cut off
+	argNameRe  = regexp.MustCompile(`^[A-Za-z0-9_.-]+$`)
 	validate   = newValidator()
 )
 
@@ -388,6 +398,8 @@ func crossCheck(def *Definition, cat Catalog) []Problem {
 	}
 	tools := setOf(cat.Tools)
 	providers := setOf(cat.Providers)
+	judges, problems := checkJudges(g)
+	out = append(out, problems...)
 	for name, n := range g.Nodes {
 		if n == nil {
 			continue
@@ -401,7 +413,9 @@ func crossCheck(def *Definition, cat Catalog) []Problem {
 		for i, t := range n.Tools {
 			path := fmt.Sprintf("%s.tools.%d", base, i)
 			switch rest, mcp := strings.CutPrefix(t, "mcp__"); {
-			case t == "" || cat.Tools == nil || tools[t]:
+			case t == Client && n.Type == Superego:
+				add(path, "only an inner agent takes a client's tools")
+			case t == "" || cat.Tools == nil || tools[t] || t == Client:
 			case !mcp:
 				add(path, "unknown tool %q (tools: %s)", t, strings.Join(cat.Tools, ", "))
 			case !mcpToolRe.MatchString(t):
@@ -436,7 +450,7 @@ func crossCheck(def *Definition, cat Catalog) []Problem {
 		case n.Type == InnerAgent && n.OnError != "":
 			add(base+".on_error", "only superego nodes have on_error")
 		}
-		if n.OnError != "" {
+		if n.OnError != "" && !judges[name] {
 			fallback := map[string]string{"allow": Accept, "block": Block}[n.OnError]
 			if _, ok := n.Target(fallback); !ok {
 				add(base+".on_error", "on_error %q needs a %s transition", n.OnError, fallback)
@@ -474,4 +488,90 @@ func setOf(xs []string) map[string]bool {
 		m[x] = true
 	}
 	return m
+}
+
+// checkJudges checks what an inner agent's judged actions name (SPEC §3c):
+// its judges are superego nodes that only judge, its permissions parse and
+// name its tools. It returns the nodes that judge actions; every other node
+// needs transitions.
+func checkJudges(g Graph) (judges map[string]bool, out []Problem) {
+	add := func(path, format string, args ...any) {
+		out = append(out, Problem{path, fmt.Sprintf(format, args...)})
+	}
+	judges = map[string]bool{}
+	clients := 0
+	for _, name := range slices.Sorted(maps.Keys(g.Nodes)) {
+		n := g.Nodes[name]
+		if n == nil {
+			continue
+		}
+		base := "graph.nodes." + name
+		if slices.Contains(n.Tools, Client) && n.Type == InnerAgent {
+			if clients++; clients == 2 {
+				add(base+".tools", "at most one inner agent of a flow takes a client's tools")
+			}
+		}
+		if n.Type != InnerAgent {
+			for key, set := range map[string]bool{"tool_judge": n.ToolJudge != "", "result_judge": n.ResultJudge != "", "permissions": n.Permissions != nil, "judge_results": len(n.JudgeResults) > 0} {
+				if set {
+					add(base+"."+key, "only an inner agent's actions are judged")
+				}
+			}
+			continue
+		}
+		if n.Permissions != nil {
+			out = append(out, n.Permissions.parse(base+".permissions", n.Tools)...)
+		}
+		if len(n.JudgeResults) > 0 && n.ResultJudge == "" {
+			add(base+".judge_results", "judge_results names tools whose results a result_judge judges: set result_judge")
+		}
+		for key, judge := range map[string]string{"tool_judge": n.ToolJudge, "result_judge": n.ResultJudge} {
+			if judge == "" {
+				continue
+			}
+			j := g.Nodes[judge]
+			switch {
+			case j == nil:
+				add(base+"."+key, "unknown node %q", judge)
+			case j.Type != Superego:
+				add(base+"."+key, "%q is an %s: a judge of actions is a superego node", judge, j.Type)
+			default:
+				judges[judge] = true
+			}
+		}
+	}
+	for _, judge := range slices.Sorted(maps.Keys(judges)) {
+		j := g.Nodes[judge]
+		base := "graph.nodes." + judge
+		if g.Start == judge {
+			add("graph.start", "%q judges actions: a judge of actions is never the start", judge)
+		}
+		for _, d := range slices.Sorted(maps.Keys(j.Transitions)) {
+			if t := j.Transitions[d]; d != Block || t != nil {
+				add(base+".transitions."+d, `%q judges actions: its only transition may be "BLOCK": null, which ends the run when it refuses`, judge)
+			}
+		}
+		if len(j.Withhold) > 0 || j.JudgeStream != nil || j.Speculate {
+			add(base, "%q judges actions: it judges no drafts (withhold, judge_stream, speculate)", judge)
+		}
+		for _, from := range slices.Sorted(maps.Keys(g.Nodes)) {
+			n := g.Nodes[from]
+			for _, d := range slices.Sorted(maps.Keys(n.Transitions)) {
+				if t := n.Transitions[d]; t != nil && n.resolve(t) == judge {
+					add("graph.nodes."+from+".transitions."+d, "%q judges actions: no transition may lead to it", judge)
+				}
+			}
+		}
+	}
+	for _, name := range slices.Sorted(maps.Keys(g.Nodes)) {
+		if n := g.Nodes[name]; n != nil && !judges[name] {
+			switch {
+			case n.Transitions == nil:
+				add("graph.nodes."+name+".transitions", "is required")
+			case len(n.Transitions) == 0:
+				add("graph.nodes."+name+".transitions", "must not be empty")
+			}
+		}
+	}
+	return judges, out
 }

@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"iter"
 	"log/slog"
+	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 )
@@ -55,7 +57,8 @@ type liveRun struct {
 	seq     int64
 	pending []pendingEvent // published, not yet delivered: in order
 	err     error          // the first write that failed; the run fails at its next event
-	drained sync.Cond      // pending became empty
+	drained sync.Cond      // pending became empty, or a held write ended
+	holding int            // held events whose writes are not done
 	log     []Event        // delivered events, kept while the run has subscribers to read them
 	ended   bool           // log is complete
 	subs    map[*Subscription]struct{}
@@ -271,17 +274,52 @@ func (e *Engine) start(ctx context.Context, req Request, review *Review, attach 
 		}
 		st = Replay(events)
 	}
-	if review != nil && st.Status != StatusAwaitingReview {
-		e.release(instanceID)
-		e.wg.Done()
-		return nil, Turn{}, fmt.Errorf("instance %s is %s: %w", instanceID, st.Status, ErrNoReview)
+	var held []Event
+	if review != nil {
+		held, err = e.Store.Held(ctx, instanceID)
+		if err == nil {
+			err = answering(st, held, review)
+		}
+		if err != nil {
+			e.release(instanceID)
+			e.wg.Done()
+			return nil, Turn{}, fmt.Errorf("instance %s: %w", instanceID, err)
+		}
 	}
 	run.mu.Lock()
 	attach(run)
 	run.seq = st.LastID
 	run.mu.Unlock()
-	turn.InstanceID, turn.RunID, turn.Steps, turn.Input, turn.Prior, turn.Review = instanceID, NewID(), st.Steps, req.Input, req.Prior, review
+	turn.InstanceID, turn.RunID, turn.Steps, turn.Input, turn.Prior, turn.Options.Review, turn.Held = instanceID, NewID(), st.Steps, req.Input, req.Prior, review, held
 	return run, turn, nil
+}
+
+// answering checks that a person's answer answers a review the instance
+// waits for, and names the review where it is the only one.
+func answering(st State, held []Event, review *Review) error {
+	if st.Status != StatusAwaitingReview {
+		return fmt.Errorf("it is %s: %w", st.Status, ErrNoReview)
+	}
+	steps := st.Steps
+	for _, ev := range held {
+		if s, ok := ev.Data.(Step); ok {
+			steps = append(slices.Clip(steps), s)
+		}
+	}
+	pending := Reviews(steps)
+	ids := make([]string, len(pending))
+	for i, p := range pending {
+		ids[i] = p.ReviewID
+	}
+	switch {
+	case review.ReviewID == "" && len(pending) > 1:
+		return fmt.Errorf("%d reviews wait (%s): name one with review_id: %w", len(pending), strings.Join(ids, ", "), ErrNoReview)
+	case review.ReviewID == "" && len(pending) == 1:
+		review.ReviewID = ids[0]
+	case review.ReviewID != "" && !slices.Contains(ids, review.ReviewID):
+		return fmt.Errorf("review %q does not wait (reviews waiting: %s): %w", review.ReviewID, strings.Join(ids, ", "), ErrNoReview)
+	}
+	return nil
 }
 
 // turn is a run of flow f with options: its variant's definition, and the
@@ -334,11 +372,15 @@ func (e *Engine) run(run *liveRun, turn Turn, claim *Claim) {
 		Emit:   func(evs ...Event) error { return e.publish(turn.InstanceID, run, evs, false) },
 		Settle: func(evs ...Event) error { return e.publish(turn.InstanceID, run, evs, true) },
 		Hold: func(ev Event) error {
-			e.Store.Hold(turn.InstanceID, ev, run.failed)
+			run.mu.Lock()
+			run.holding++
+			run.mu.Unlock()
+			e.Store.Hold(turn.InstanceID, ev, run.held)
 			run.mu.Lock()
 			defer run.mu.Unlock()
 			return run.err
 		},
+		Sync: run.sync,
 	}
 	info := RunInfo{FlowID: turn.FlowID, InstanceID: turn.InstanceID, RunID: turn.RunID, Resumed: turn.Resume && !turn.Opened}
 	ctx := e.Exec.Observe.runStarted(run.ctx, info)
@@ -454,7 +496,7 @@ func (e *Engine) Recover(ctx context.Context, only func(RunOptions) bool) (int, 
 			return resumed, fmt.Errorf("recover %s: %w", inst.ID, err)
 		}
 		run.seq = st.LastID
-		turn.InstanceID, turn.RunID, turn.Steps, turn.Held, turn.Resume = inst.ID, NewID(), st.Steps, held, true
+		turn.InstanceID, turn.RunID, turn.Steps, turn.Held, turn.Resume, turn.Unfinished = inst.ID, NewID(), st.Steps, held, true, st.Unfinished
 		go e.run(run, turn, nil)
 		e.runLog(turn).Info("resuming interrupted run", "steps", len(st.Steps), "held", len(held))
 		resumed++
@@ -546,6 +588,26 @@ func (run *liveRun) written(first, last int64, err error) {
 		run.pending[id-base].ready = true
 	}
 	run.deliver()
+}
+
+// held is told that a held event's write is done.
+func (run *liveRun) held(err error) {
+	run.failed(err)
+	run.mu.Lock()
+	defer run.mu.Unlock()
+	run.holding--
+	run.drained.Broadcast()
+}
+
+// sync waits until every event the run has published or held is durable,
+// and reports the first write that failed.
+func (run *liveRun) sync() error {
+	run.mu.Lock()
+	defer run.mu.Unlock()
+	for len(run.pending) > 0 || run.holding > 0 {
+		run.drained.Wait()
+	}
+	return run.err
 }
 
 // failed records a write that failed; the run fails at its next event.

@@ -51,6 +51,16 @@ type Task struct {
 	// anything runs, and the tool runs only if it returns nil: a
 	// speculative turn's writes wait there for the judge's verdict (§3b).
 	BeforeWrite func(ctx context.Context) error
+	// Calls decides, records and runs the tool calls of this iteration's
+	// reply (SPEC §3c); where it is nil, the agent lets every call run.
+	Calls *Calls
+	// Approved are this node's calls that waited for a person's review,
+	// now answered: the agent runs those approved and refuses the rest, as
+	// they say, with no model call.
+	Approved []ToolUse
+	// Action, for a superego, is a tool call or result to judge (§3c);
+	// Input is its text.
+	Action *Action
 
 	fromWithheld bool // Input is a draft a superego withheld
 }
@@ -113,15 +123,21 @@ type Turn struct {
 	Options    RunOptions
 	Recorded   []Step // the turn Options.Replay replays
 	Input      string
-	Resume     bool    // continue the interrupted run the log ends with; Input is its user step's
-	Opened     bool    // with Resume: the log ends with this run's Opening, written for it; no new run_start
-	Review     *Review // answer the human review the log ends with; Input is unused
+	Resume     bool // continue the interrupted run the log ends with; Input is its user step's
+	Opened     bool // with Resume: the log ends with this run's Opening, written for it; no new run_start
+	// Unfinished are the tool calls of an iteration the interruption cut
+	// short, as the log has them, for a run that resumes.
+	Unfinished Unfinished
 }
 
-// Review is a human's answer to a supervisor's HUMAN_REVIEW.
+// Review is a person's answer to a review the instance waits for: a
+// supervisor's HUMAN_REVIEW or proposed changes, or a tool call (SPEC
+// §3c). The run it starts records it with its options (RunOptions.Review),
+// so that a run resumed after a crash still answers it.
 type Review struct {
-	Approve bool
-	Note    string
+	ReviewID string `json:"review_id,omitempty"`
+	Approve  bool   `json:"approve"`
+	Note     string `json:"note,omitempty"`
 }
 
 // Outcome is how a run ended.
@@ -140,6 +156,10 @@ type Sink struct {
 	Emit   func(evs ...Event) error
 	Hold   func(ev Event) error
 	Settle func(evs ...Event) error
+	// Sync waits until every event recorded so far is durable: a tool
+	// call is on record as started before it runs (SPEC §3c). nil: the
+	// sink keeps nothing that could be lost.
+	Sync func() error
 }
 
 // Run executes one turn and reports it to sink: run_start with the user's
@@ -180,10 +200,10 @@ func (x *Executor) Run(ctx context.Context, t Turn, sink Sink) Outcome {
 	}
 	end = append(end, Event{Name: EventDone, Data: done})
 	var err error
-	if len(r.held) > 0 {
+	if len(r.held) > 0 && !(out.Status == StatusAwaitingReview && len(awaitingCalls(r.steps[r.turn+1:])) > 0) {
 		err = r.settle(r.judgeOf(r.cur), false, end...) // fail closed: nothing unjudged goes out
 	} else {
-		err = r.emit(end...)
+		err = r.emit(end...) // a turn whose calls wait for review stays held: a pause is not an end
 	}
 	if err != nil && out.Err == nil {
 		out = Outcome{Status: StatusFailed, Err: err}
@@ -232,6 +252,9 @@ type runner struct {
 	chunks   map[string][]Chunk // a judge's chunk judgements, for its next step
 	verdicts map[string]Reply   // a judge's verdict on a withheld chunk, for its next step
 	replay   *replayer          // for a replay: the recorded turn, walked beside this one
+	// unfinished, for a run that resumes, are the tool calls of the
+	// iteration it was interrupted in (finishInterrupted).
+	unfinished Unfinished
 }
 
 // emit sends events a client may see.
@@ -272,8 +295,8 @@ func (r *runner) settle(judge string, release bool, tail ...Event) error {
 			group = append(group, ev)
 		case ok:
 			drafts[s.Response] = true
-			if drafts[s.Input] {
-				s.Input = "" // another held step's draft: a chained agent's, or a judge's tool round's
+			if drafts[s.Input] || s.Judged != nil {
+				s.Input = "" // another held step's draft (a chained agent's, or a judge's tool round's), or a call and its result
 			}
 			s.Withheld, s.WithheldResponse, s.WithheldToolUsage = judge, s.Response, s.ToolUsage
 			s.Response, s.ToolUsage = "", nil
@@ -327,9 +350,19 @@ func (r *runner) run(ctx context.Context) Outcome {
 		if err := r.sink.Emit(opening...); err != nil {
 			return Outcome{Status: StatusFailed, Err: err}
 		}
-		if r.t.Review != nil {
-			r.track(opening[1:])
+		if r.t.Options.Review != nil {
+			if err := r.resume(); err != nil { // a review's run goes on with the turn it answers
+				return Outcome{Status: StatusFailed, Err: err}
+			}
 		}
+	}
+	if r.t.Options.Review != nil {
+		if err := r.answer(); err != nil {
+			return Outcome{Status: StatusFailed, Err: err}
+		}
+	}
+	if err := r.finishInterrupted(); err != nil {
+		return Outcome{Status: StatusFailed, Err: err}
 	}
 	last := r.steps[len(r.steps)-1]
 	if status, end := r.ending(last, g.Nodes[last.Node]); end {
@@ -382,7 +415,14 @@ func (r *runner) run(ctx context.Context) Outcome {
 		if node.Speculate && r.replay == nil { // a replay reuses what speculation would run
 			spec = r.speculate(ctx, node)
 		}
-		step, err := r.act(ctx, node)
+		step, by, err := r.act(ctx, node)
+		if err == nil && by != node { // a judge of its actions ended the run
+			if err := r.appendStep(step, by); err != nil {
+				return Outcome{Status: StatusFailed, Err: err}
+			}
+			status, _ := ending(step, by)
+			return Outcome{Status: status}
+		}
 		if err != nil && ctx.Err() != nil && !errors.Is(err, ErrTimeout) {
 			spec.discard(r)
 			return r.stopped(ctx)
@@ -455,8 +495,8 @@ func (x *Executor) now() func() time.Time {
 // events.
 func (r *runner) opening() []Event {
 	start := Event{Name: EventRunStart, Data: RunStart{r.t.InstanceID, r.t.RunID, r.t.FlowID, false, r.t.Options}}
-	if r.t.Review != nil {
-		return []Event{start, {Name: EventCompleteStep, Data: r.stamp(r.review())}}
+	if r.t.Options.Review != nil {
+		return []Event{start} // the answer's step follows, held where the turn it answers is (answer)
 	}
 	first := r.t.Def.Graph.Start
 	if n := len(r.steps); n > 0 {
@@ -507,13 +547,18 @@ func (r *runner) resume() error {
 			r.response = s.Response
 		}
 	}
+	r.unfinished = r.t.Unfinished
 	for _, ev := range r.t.Held {
 		r.held = append(r.held, ev) // durable already
+		r.unfinished.see(ev)
 		if s, ok := ev.Data.(Step); ok {
 			r.steps = append(r.steps, s)
 		}
 	}
 	for _, s := range r.steps[r.turn+1:] {
+		if s.Judged != nil {
+			continue // judgements count toward no limit (§3c)
+		}
 		if s.AgentID == Reviewer && s.Role == RoleSystem {
 			// A human's answer to a review starts a run, with iterations
 			// of its own, as a review run that did not stop does.
@@ -558,24 +603,47 @@ func onError(node *Node, err error) Step {
 	return s
 }
 
-// review is the step of the human's answer to the review the log ends
-// with. A HUMAN_REVIEW goes on along the supervisor's ACCEPT transition
-// when it was approved, its BLOCK one when not, and the run ends where that
-// leads nowhere. Changes a supervisor proposed apply when they are approved
-// and are dropped when not (package supervision reads the answer); either
-// way the run goes on as the supervisor decided.
-func (r *runner) review() Step {
-	if i := lastUserStep(r.steps); i >= 0 {
-		r.turn = i
+// answer appends the step of the person's answer to the review the run
+// was started for, unless the log has it (a run resumed after it was
+// written): held where the turn it answers is held, as a review of a tool
+// call leaves it. The answer starts the run's iterations afresh.
+func (r *runner) answer() error {
+	rv := r.t.Options.Review
+	for _, s := range r.steps[r.turn+1:] {
+		if s.AgentID == Reviewer && s.ReviewID == rv.ReviewID {
+			return nil
+		}
 	}
-	r.t.Input = r.steps[r.turn].Response // the message the turn is about
-	last := r.steps[len(r.steps)-1]
-	node := r.t.Def.Graph.Nodes[last.Node]
+	step := r.stamp(r.review(rv))
+	clear(r.iters)
+	r.nsteps = 0
+	ev := Event{Name: EventCompleteStep, Data: step}
+	if len(r.held) > 0 {
+		return r.hold(ev)
+	}
+	return r.emit(ev)
+}
+
+// review is the step of a person's answer to a review. An approved tool
+// call runs at its agent's next iteration, a rejected one is refused there
+// (SPEC §3c). A HUMAN_REVIEW goes on along the supervisor's ACCEPT
+// transition when it was approved, its BLOCK one when not, and the run
+// ends where that leads nowhere. Changes a supervisor proposed apply when
+// they are approved and are dropped when not (package supervision reads
+// the answer); either way the run goes on as the supervisor decided.
+func (r *runner) review(rv *Review) Step {
 	d, verdict := Accept, Approved
-	if !r.t.Review.Approve {
+	if !rv.Approve {
 		d, verdict = Block, Rejected
 	}
-	step := Step{AgentID: Reviewer, Node: last.Node, Role: RoleSystem, Input: last.Input, Decision: verdict, Response: r.t.Review.Note}
+	for _, w := range awaitingCalls(r.steps[r.turn+1:]) {
+		if w.use.ID == rv.ReviewID {
+			return Step{AgentID: Reviewer, Node: w.node, Role: RoleSystem, Decision: verdict, Response: rv.Note, ReviewID: rv.ReviewID, NextAgent: &w.node}
+		}
+	}
+	last := r.steps[len(r.steps)-1]
+	node := r.t.Def.Graph.Nodes[last.Node]
+	step := Step{AgentID: Reviewer, Node: last.Node, Role: RoleSystem, Input: last.Input, Decision: verdict, Response: rv.Note, ReviewID: rv.ReviewID}
 	switch {
 	case last.Decision != HumanReview: // proposed changes
 		step.NextAgent = last.NextAgent
@@ -591,6 +659,12 @@ func (r *runner) review() Step {
 // as ending does; a run whose turn holds changes proposed for review waits
 // for it, and once they are reviewed ends as their supervisor decided.
 func (r *runner) ending(step Step, node *Node) (status string, end bool) {
+	if len(awaitingCalls(r.steps[r.turn+1:])) > 0 {
+		return StatusAwaitingReview, true
+	}
+	if step.AgentID == Reviewer && step.Judged == nil && step.NextAgent != nil && r.t.Def.Graph.Nodes[step.Node] != nil && r.t.Def.Graph.Nodes[step.Node].Type == InnerAgent {
+		return "", false // an answer about a tool call: its agent goes on
+	}
 	if step.Decision != NeedsTool && awaitsReview(r.steps[r.turn+1:]) {
 		return StatusAwaitingReview, true
 	}
@@ -603,6 +677,10 @@ func (r *runner) ending(step Step, node *Node) (status string, end bool) {
 // ending reports whether a run ends after step, and how.
 func ending(step Step, node *Node) (status string, end bool) {
 	switch {
+	case step.Judged != nil && step.NextAgent != nil:
+		return "", false // a judgement of a call: the agent goes on
+	case step.Judged != nil:
+		return StatusBlocked, true // a judge whose BLOCK leads nowhere
 	case step.Decision == NeedsClarification:
 		return StatusAwaitingInput, true
 	case step.Decision == HumanReview:
@@ -681,28 +759,42 @@ func (r *runner) judgeOf(node string) string {
 }
 
 // act runs one iteration of node: its node_start, the agent's call with
-// what it emits, held where a superego will judge it, and its step.
-func (r *runner) act(ctx context.Context, node *Node) (step Step, err error) {
+// what it emits, held where a superego will judge it, and its step. The
+// step is node's, or, where a judge of node's actions ended the run, the
+// judge's, and by says whose.
+func (r *runner) act(ctx context.Context, node *Node) (step Step, by *Node, err error) {
 	if err := r.emit(Event{Name: EventNodeStart, Data: NodeStart{node.Name, node.AgentID}}); err != nil {
-		return Step{}, err
+		return Step{}, node, err
 	}
 	task := r.task(r.steps, r.heldSteps(), node)
+	if node.Type == InnerAgent {
+		task.Approved = reviewed(r.steps[r.turn+1:], node.Name)
+	}
 	ctx = r.nodeStarted(ctx, node, task.StepID, false)
 	defer func() { r.nodeEnded(ctx, node, task.StepID, false, step.Decision, err) }()
 	if v, ok := r.verdicts[node.Name]; ok { // its judgement of a chunk stands
 		delete(r.verdicts, node.Name)
-		return r.stepOf(node, task, v, nil)
+		step, err = r.stepOf(node, task, v, nil)
+		return step, node, err
 	}
 	var failed error
 	holding := node.Judged() || node.Type == Superego && len(r.held) > 0 // a judge's tool calls may quote the draft
-	out := func(e Event) {
-		var err error
+	// Judgements of the reply's calls are steps before the node's own: its
+	// partials wait for them, to carry the step id they lead to.
+	judging := node.ToolJudge != "" || node.ResultJudge != ""
+	var partials []Event
+	send := func(e Event) error {
 		if holding {
-			err = r.hold(e)
-		} else {
-			err = r.emit(e)
+			return r.hold(e)
 		}
-		if failed == nil {
+		return r.emit(e)
+	}
+	out := func(e Event) {
+		if judging && e.Name == EventPartial {
+			partials = append(partials, e)
+			return
+		}
+		if err := send(e); failed == nil {
 			failed = err
 		}
 	}
@@ -712,7 +804,18 @@ func (r *runner) act(ctx context.Context, node *Node) (step Step, err error) {
 		c = r.newChunker(ctx, node, task)
 		callCtx, out = c.ctx, c.wrap(out)
 	}
+	calls := r.calls(ctx, node, task, r.steps, out, func(s Step) (Step, error) {
+		s = r.stamp(s)
+		r.x.Observe.stepped(r.t.FlowID, r.t.Def.Graph.Nodes[s.Node], s.Decision)
+		return s, send(Event{Name: EventCompleteStep, Data: s})
+	})
+	task.Calls = calls
 	reply, err := r.x.Agent.Act(callCtx, task, out)
+	r.usage.PromptTokens += calls.lost.PromptTokens
+	r.usage.CompletionTokens += calls.lost.CompletionTokens
+	if calls.ended != nil {
+		return *calls.ended, r.t.Def.Graph.Nodes[calls.ended.Node], nil
+	}
 	if c != nil {
 		reply, err = c.finish(reply, err)
 	}
@@ -723,7 +826,59 @@ func (r *runner) act(ctx context.Context, node *Node) (step Step, err error) {
 	if c != nil && c.withholding && err == nil {
 		step.Fallback = fmt.Sprintf("the call was stopped: %s decided %s on the draft after its first %d characters", c.judge.Name, c.withheld.Decision, c.released)
 	}
-	return step, err
+	if err == nil {
+		id := strconv.Itoa(len(r.steps) + 1)
+		for _, e := range partials {
+			p := e.Data.(Partial)
+			p.StepID = id
+			e.Data = p
+			if err = send(e); err != nil {
+				break
+			}
+		}
+	}
+	return step, node, err
+}
+
+// calls makes the Calls that decide, record and run the tool calls of one
+// iteration of node (SPEC §3c); out takes its events, record its
+// judgements' steps.
+func (r *runner) calls(ctx context.Context, node *Node, task *Task, steps []Step, out func(Event), record func(Step) (Step, error)) *Calls {
+	g := r.t.Def.Graph.Nodes
+	c := &Calls{node: node, task: task, flowID: r.t.FlowID, ctx: ctx, out: out, record: record, sync: r.sink.Sync, obs: r.x.Observe,
+		act: func(ctx context.Context, t *Task) (Reply, error) { return r.x.Agent.Act(ctx, t, func(Event) {}) }}
+	if node.Type != InnerAgent {
+		return c
+	}
+	c.toolJudge, c.resultJudge = g[node.ToolJudge], g[node.ResultJudge]
+	if c.toolJudge != nil || c.resultJudge != nil {
+		c.earlier = earlierCalls(task.History, steps[r.turn:])
+	}
+	return c
+}
+
+// maxEarlier bounds the earlier calls a judge is shown.
+const maxEarlier = 20
+
+// earlierCalls are the instance's judged calls before this one, with their
+// results as the agent saw them: a judge weighs a call in the light of
+// what the agent did and read before.
+func earlierCalls(history, turn []Step) []ToolUse {
+	var out []ToolUse
+	for _, steps := range [][]Step{history, turn} {
+		for _, s := range steps {
+			if s.Withheld != "" {
+				continue
+			}
+			for _, u := range s.ToolUsage {
+				if (u.JudgedBy != nil || u.ResultJudgedBy != nil) && !u.Awaiting {
+					u.WithheldOutput = ""
+					out = append(out, u)
+				}
+			}
+		}
+	}
+	return out[max(0, len(out)-maxEarlier):]
 }
 
 // stepOf makes node's step from its agent's reply.
@@ -861,22 +1016,21 @@ func (r *runner) task(steps []Step, held map[string]bool, node *Node) *Task {
 		if s.Withheld != "" {
 			continue // the user never saw it
 		}
-		s.Thinking, s.AgentGuidance, s.WithheldResponse, s.WithheldToolUsage = "", "", "", nil
-		t.History = append(t.History, s)
+		t.History = append(t.History, withoutHidden(s))
 	}
 	this := steps[r.turn+1:]
 	i := len(this)
-	for i > 0 && this[i-1].Node == node.Name && this[i-1].Decision == NeedsTool {
+	for i > 0 && this[i-1].Node == node.Name && (this[i-1].Decision == NeedsTool || this[i-1].AgentID == Reviewer) {
 		i--
 	}
-	t.ToolRounds = this[i:]
+	t.ToolRounds = toolRounds(this[i:])
 	if r.context != nil && (node.Type == InnerAgent || len(node.AllowedActions) > 0) {
 		// What a supervisor reads of the steps can reach a client in its
 		// own step's tool_usage: no hidden field, and nothing of a draft
 		// that is held or was withheld (§3a).
 		visible := make([]Step, len(steps))
 		for i, s := range steps {
-			s.Thinking, s.AgentGuidance, s.WithheldResponse, s.WithheldToolUsage = "", "", "", nil
+			s = withoutHidden(s)
 			if s.Withheld != "" || held[s.StepID] {
 				s.Response, s.ToolUsage = "", nil
 			}
@@ -903,6 +1057,43 @@ func (r *runner) task(steps []Step, held map[string]bool, node *Node) *Task {
 		}
 	}
 	return t
+}
+
+// toolRounds are an agent's tool rounds as its model reads them: a call
+// that waited for a person's review is read where it ran, or was refused,
+// once answered, and the answers themselves are no rounds.
+func toolRounds(steps []Step) []Step {
+	if !slices.ContainsFunc(steps, func(s Step) bool { return s.AgentID == Reviewer }) {
+		return steps
+	}
+	out := make([]Step, 0, len(steps))
+	for j, s := range steps {
+		if s.AgentID == Reviewer {
+			continue
+		}
+		later := map[string]bool{}
+		for _, l := range steps[j+1:] {
+			for _, u := range l.ToolUsage {
+				later[u.ID] = l.AgentID != Reviewer
+			}
+		}
+		s.ToolUsage = slices.DeleteFunc(slices.Clone(s.ToolUsage), func(u ToolUse) bool { return u.Awaiting && later[u.ID] })
+		out = append(out, s)
+	}
+	return out
+}
+
+// withoutHidden is the step with none of its hidden fields, its tool
+// usage copied where a result it held was withheld.
+func withoutHidden(s Step) Step {
+	s.Thinking, s.AgentGuidance, s.WithheldResponse, s.WithheldToolUsage = "", "", "", nil
+	if slices.ContainsFunc(s.ToolUsage, func(u ToolUse) bool { return u.WithheldOutput != "" }) {
+		s.ToolUsage = slices.Clone(s.ToolUsage)
+		for i := range s.ToolUsage {
+			s.ToolUsage[i].WithheldOutput = ""
+		}
+	}
+	return s
 }
 
 // redacted is an error whose message had hidden text taken out.
@@ -952,6 +1143,12 @@ func (t *Task) Hidden() []string {
 	}
 	if t.Chunk != nil {
 		hidden = append(hidden, t.Chunk.Before, t.Chunk.Text)
+	}
+	if a := t.Action; a != nil { // a call may be held, a result withheld
+		hidden = append(hidden, string(a.Call.Input), a.Call.Output, a.Call.Error)
+		for _, u := range slices.Concat(a.Others, a.Earlier) {
+			hidden = append(hidden, string(u.Input), u.Output, u.Error)
+		}
 	}
 	if t.Node.Judged() || t.BeforeWrite != nil { // held, or speculative and maybe discarded
 		for _, s := range t.ToolRounds {

@@ -257,6 +257,7 @@ type speculation struct {
 	steps []Step          // written by the turn's goroutine, read after done
 	fail  error
 	lost  Usage // tokens of a call that made no step
+	ended *Step // a judge's BLOCK, with no transition, of one of its calls
 }
 
 // speculate starts the node of judge's ACCEPT transition on the judge's
@@ -297,7 +298,20 @@ func (sp *speculation) run(ctx context.Context, r *runner, steps []Step, iters, 
 		task.BeforeWrite = sp.wait
 		sp.emit(Event{Name: EventNodeStart, Data: NodeStart{n.Name, n.AgentID}})
 		actCtx := r.nodeStarted(ctx, n, task.StepID, true)
-		reply, err := r.x.Agent.Act(actCtx, task, func(e Event) { sp.emit(e) })
+		calls := r.calls(actCtx, n, task, steps, sp.emit, func(s Step) (Step, error) {
+			s.StepID, s.Timestamp = fmt.Sprint(len(steps)+1), r.now().UTC()
+			steps = append(steps, s)
+			sp.emit(Event{Name: EventCompleteStep, Data: s})
+			return s, nil
+		})
+		task.Calls = calls
+		reply, err := r.x.Agent.Act(actCtx, task, sp.emit)
+		sp.lost.PromptTokens += calls.lost.PromptTokens
+		sp.lost.CompletionTokens += calls.lost.CompletionTokens
+		if calls.ended != nil {
+			sp.ended = calls.ended
+			return
+		}
 		step, err := r.stepOf(n, task, reply, err)
 		r.nodeEnded(actCtx, n, task.StepID, true, step.Decision, err)
 		if err != nil {
@@ -376,15 +390,21 @@ func (sp *speculation) adopt(r *runner) (Step, error) {
 	sp.mu.Unlock()
 	<-sp.done
 	for _, s := range sp.steps {
-		r.x.Observe.stepped(r.t.FlowID, sp.node, s.Decision)
+		r.x.Observe.stepped(r.t.FlowID, r.t.Def.Graph.Nodes[s.Node], s.Decision)
+		if s.Judged == nil { // judgements count toward no limit (§3c)
+			r.iters[sp.node.Name]++
+			r.nsteps++
+		}
 	}
 	r.steps = append(r.steps, sp.steps...)
-	r.iters[sp.node.Name] += len(sp.steps)
-	r.nsteps += len(sp.steps)
 	r.usage.PromptTokens += sp.lost.PromptTokens
 	r.usage.CompletionTokens += sp.lost.CompletionTokens
 	if err := errors.Join(sp.fail, sp.err); err != nil {
 		return Step{}, err
+	}
+	if sp.ended != nil { // a judge refused one of its calls, and that ends the run
+		err := r.appendStep(*sp.ended, r.t.Def.Graph.Nodes[sp.ended.Node])
+		return r.steps[len(r.steps)-1], err
 	}
 	last := sp.steps[len(sp.steps)-1]
 	if sp.node.Judged() && !r.t.Def.Graph.holds(last.NextAgent) {

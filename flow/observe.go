@@ -49,6 +49,13 @@ type Observer struct {
 	// client waits for, are not timed: they share the queue, and a slow
 	// store shows in the writes that are.
 	Wrote func(d time.Duration)
+	// Judged is called for each judgement of a tool call or of its result
+	// (SPEC §3c): kind is KindCall or KindResult; decision is the one the
+	// judgement stands for; wait, how long the call or result waited.
+	Judged func(flowID, judge, kind, decision string, wait time.Duration)
+	// Ruled is called for each tool call a permission rule decided:
+	// effect is EffectAllow, EffectAsk or EffectDeny.
+	Ruled func(flowID, effect string)
 }
 
 // RunInfo names a run.
@@ -150,6 +157,18 @@ func (o *Observer) wrote(start time.Time) {
 	}
 }
 
+func (o *Observer) judged(flowID, judge, kind string, decision string, wait time.Duration) {
+	if o != nil && o.Judged != nil {
+		o.Judged(flowID, judge, kind, decision, wait)
+	}
+}
+
+func (o *Observer) ruled(flowID, effect string) {
+	if o != nil && o.Ruled != nil {
+		o.Ruled(flowID, effect)
+	}
+}
+
 // known are the decisions the engine gives meaning to: a label may name
 // them whatever the node's transitions are (a fallback, on_error).
 var known = []string{Block, Accept, Caution, NeedsClarification, Complete, NeedsTool, Modify, HumanReview}
@@ -169,5 +188,5 @@ func (n *Node) decisionLabel(d string) string {
 // discarded unseen, or is a chunk judgement, which no client is sent: an
 // observer records no text of such an answer.
 func (t *Task) Held() bool {
-	return t.Node.Judged() || t.BeforeWrite != nil || t.Chunk != nil
+	return t.Node.Judged() || t.BeforeWrite != nil || t.Chunk != nil || t.Action != nil
 }

@@ -38,6 +38,8 @@ type RunOptions struct {
 	// experiment's runs name the experiment, condition, sample and repeat
 	// (SPEC §7). They change nothing about the run; run_start shows them.
 	Tags map[string]string `json:"tags,omitempty"`
+	// Review is the person's answer the run was started for.
+	Review *Review `json:"review,omitempty"`
 }
 
 // Variant changes a flow for one run: other constitutions or models for

@@ -80,18 +80,25 @@ func (e *Engine) dispatch(ctx context.Context, req Request, review *Review, watc
 		}
 		st = Replay(events)
 	}
-	switch {
-	case st.Status == StatusRunning:
+	if st.Status == StatusRunning {
 		return nil, fmt.Errorf("instance %s: %w", d.InstanceID, ErrBusy)
-	case review != nil && st.Status != StatusAwaitingReview:
-		return nil, fmt.Errorf("instance %s is %s: %w", d.InstanceID, st.Status, ErrNoReview)
+	}
+	var held []Event
+	if review != nil {
+		held, err = e.Store.Held(ctx, d.InstanceID)
+		if err == nil {
+			err = answering(st, held, review)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("instance %s: %w", d.InstanceID, err)
+		}
 	}
 	for i, s := range req.Prior {
 		if s.Role != RoleUser && s.Role != RoleAssistant || d.Instance == nil {
 			return nil, fmt.Errorf("prior message %d: a new instance's messages are user or assistant ones: %w", i, ErrInvalid)
 		}
 	}
-	turn.InstanceID, turn.RunID, turn.Steps, turn.Input, turn.Prior, turn.Review = d.InstanceID, NewID(), st.Steps, req.Input, req.Prior, review
+	turn.InstanceID, turn.RunID, turn.Steps, turn.Input, turn.Prior, turn.Options.Review = d.InstanceID, NewID(), st.Steps, req.Input, req.Prior, review
 	d.Opening = e.Exec.Opening(turn)
 	now := time.Now().UTC()
 	for i := range d.Opening {
@@ -119,7 +126,7 @@ func (e *Engine) dispatch(ctx context.Context, req Request, review *Review, watc
 			turn.Steps = append(turn.Steps, s)
 		}
 	}
-	turn.Resume, turn.Opened, turn.Review, turn.Prior = true, true, nil, nil
+	turn.Resume, turn.Opened, turn.Prior, turn.Held = true, true, nil, held
 	if !d.Here {
 		sub := e.follow(d.InstanceID, st.LastID, d.Opening, d.Opening[0].ID)
 		if watch == nil {
@@ -188,7 +195,7 @@ func (e *Engine) Take(ctx context.Context, instance string, claim *Claim) error 
 		go e.failRun(run, turn, claim, reason)
 		return nil
 	}
-	turn.InstanceID, turn.RunID, turn.Steps, turn.Held, turn.Resume, turn.Opened = instance, NewID(), st.Steps, held, true, !claim.Resumed
+	turn.InstanceID, turn.RunID, turn.Steps, turn.Held, turn.Resume, turn.Opened, turn.Unfinished = instance, NewID(), st.Steps, held, true, !claim.Resumed, st.Unfinished
 	go e.run(run, turn, claim)
 	e.runLog(turn).Info("took over a run", "resumed", claim.Resumed)
 	return nil

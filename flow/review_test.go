@@ -22,7 +22,7 @@ var proposal = flow.Reply{ToolUsage: []flow.ToolUse{{ID: "c1", ToolName: "superv
 func reviewTurn(def *flow.Definition, agent flow.Agent, prior []flow.Step, approve bool) result {
 	var r result
 	x := &flow.Executor{Agent: agent}
-	r.out = x.Run(context.Background(), flow.Turn{FlowID: "f", Def: def, InstanceID: "i", RunID: "r2", Steps: prior, Review: &flow.Review{Approve: approve, Note: "ok"}},
+	r.out = x.Run(context.Background(), flow.Turn{FlowID: "f", Def: def, InstanceID: "i", RunID: "r2", Steps: prior, Options: flow.RunOptions{Review: &flow.Review{Approve: approve, Note: "ok"}}},
 		flow.Sink{Emit: func(evs ...flow.Event) error {
 			for _, e := range evs {
 				if s, ok := e.Data.(flow.Step); ok {

@@ -20,10 +20,13 @@ const (
 	StatusBlocked        = "blocked"
 	StatusAwaitingInput  = "awaiting_input"
 	StatusAwaitingReview = "awaiting_review"
-	StatusIterationLimit = "iteration_limit"
-	StatusFailed         = "failed"
-	StatusCancelled      = "cancelled"
-	StatusNew            = "new" // created, never run
+	// StatusAwaitingToolResult: a client's tool calls went out, and the
+	// instance waits for their results (SPEC §4a).
+	StatusAwaitingToolResult = "awaiting_tool_result"
+	StatusIterationLimit     = "iteration_limit"
+	StatusFailed             = "failed"
+	StatusCancelled          = "cancelled"
+	StatusNew                = "new" // created, never run
 )
 
 // Step is one immutable record of an instance's log. Thinking and
@@ -56,6 +59,12 @@ type Step struct {
 	// reply cache.
 	Reused bool `json:"reused,omitempty"`
 	Cached bool `json:"cached,omitempty"`
+	// Judged, on a superego's step, says it judged a tool call or its
+	// result (SPEC §3c) rather than a message.
+	Judged *Judged `json:"judged,omitempty"`
+	// ReviewID, on a person's review, names what it answers: a tool call
+	// that waited for approval, or the step that asked for review.
+	ReviewID string `json:"review_id,omitempty"`
 
 	Thinking      string `json:"-"`
 	AgentGuidance string `json:"-"`
@@ -81,6 +90,34 @@ type ToolUse struct {
 	// Proposed says the call is a change that waits for a person's review
 	// before it applies: a supervisor's with review_changes.
 	Proposed bool `json:"proposed,omitempty"`
+	// How the call was decided (SPEC §3c): by a judge's step or a rule;
+	// Refused, it never ran; Awaiting, it waits for a person's review.
+	// ResultJudgedBy is the judgement of its result, where one was made.
+	JudgedBy       *JudgedBy `json:"judged_by,omitempty"`
+	ResultJudgedBy *JudgedBy `json:"result_judged_by,omitempty"`
+	Refused        bool      `json:"refused,omitempty"`
+	Awaiting       bool      `json:"awaiting_review,omitempty"`
+	// WithheldOutput is the result a result judge kept from the model:
+	// hidden, shown only where hidden fields are.
+	WithheldOutput string `json:"-"`
+}
+
+// Judged is what a judgement step judged: an agent's tool call, or the
+// call's result.
+type Judged struct {
+	Node       string `json:"node"`
+	ToolCallID string `json:"tool_call_id"`
+	ToolName   string `json:"tool_name"`
+	Kind       string `json:"kind"` // KindCall or KindResult
+}
+
+// JudgedBy says what decided a call: a judge's step and its decision, or
+// a permission rule as written.
+type JudgedBy struct {
+	Node     string `json:"node,omitempty"`
+	StepID   string `json:"step_id,omitempty"`
+	Decision string `json:"decision,omitempty"`
+	Rule     string `json:"rule,omitempty"`
 }
 
 // Usage counts a model call's tokens.
@@ -130,15 +167,19 @@ type (
 		Delta   string `json:"delta"`
 	}
 	ToolCall struct {
-		Node     string          `json:"node"`
-		ToolName string          `json:"tool_name"`
-		Input    json.RawMessage `json:"input"`
+		Node       string          `json:"node"`
+		ToolName   string          `json:"tool_name"`
+		Input      json.RawMessage `json:"input"`
+		ToolCallID string          `json:"tool_call_id,omitempty"`
 	}
 	ToolResult struct {
-		Node     string `json:"node"`
-		ToolName string `json:"tool_name"`
-		Output   string `json:"output"`
-		Error    string `json:"error,omitempty"`
+		Node       string    `json:"node"`
+		ToolName   string    `json:"tool_name"`
+		Output     string    `json:"output"`
+		Error      string    `json:"error,omitempty"`
+		ToolCallID string    `json:"tool_call_id,omitempty"`
+		JudgedBy   *JudgedBy `json:"judged_by,omitempty"`
+		Refused    bool      `json:"refused,omitempty"`
 	}
 	ErrorData struct {
 		Code    string `json:"code"`

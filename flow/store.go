@@ -82,6 +82,9 @@ type State struct {
 	// which a run that resumes keeps.
 	RunStartID int64
 	Options    RunOptions
+	// Unfinished are the tool calls of an iteration the log has begun
+	// and not ended: where a run that was interrupted goes on (§3c).
+	Unfinished Unfinished
 }
 
 // Replay derives an instance's state from its events.
@@ -89,6 +92,7 @@ func Replay(events []Event) State {
 	st := State{Status: StatusNew, Steps: []Step{}} // a list, even when empty: clients see []
 	for _, e := range events {
 		st.LastID, st.UpdatedAt = e.ID, e.Time
+		st.Unfinished.see(e)
 		switch d := e.Data.(type) {
 		case Step:
 			st.Steps = append(st.Steps, d)
@@ -142,11 +146,38 @@ type Hidden struct {
 	AgentGuidance     string    `json:"agent_guidance"`
 	WithheldResponse  string    `json:"withheld_response,omitempty"`
 	WithheldToolUsage []ToolUse `json:"withheld_tool_usage,omitempty"`
+	// WithheldOutput are the results a result judge kept from the model
+	// (SPEC §3c), by tool call id.
+	WithheldOutput map[string]string `json:"withheld_output,omitempty"`
 }
 
 // HiddenOf returns the step's hidden fields.
 func HiddenOf(s Step) Hidden {
-	return Hidden{s.Thinking, s.AgentGuidance, s.WithheldResponse, s.WithheldToolUsage}
+	h := Hidden{s.Thinking, s.AgentGuidance, s.WithheldResponse, s.WithheldToolUsage, nil}
+	for _, uses := range [][]ToolUse{s.ToolUsage, s.WithheldToolUsage} {
+		for _, u := range uses {
+			if u.WithheldOutput != "" {
+				if h.WithheldOutput == nil {
+					h.WithheldOutput = map[string]string{}
+				}
+				h.WithheldOutput[u.ID] = u.WithheldOutput
+			}
+		}
+	}
+	return h
+}
+
+// withHidden gives a step back its hidden fields.
+func withHidden(s *Step, h Hidden) {
+	s.Thinking, s.AgentGuidance = h.Thinking, h.AgentGuidance
+	s.WithheldResponse, s.WithheldToolUsage = h.WithheldResponse, h.WithheldToolUsage
+	for _, uses := range [][]ToolUse{s.ToolUsage, s.WithheldToolUsage} {
+		for i := range uses {
+			if out, ok := h.WithheldOutput[uses[i].ID]; ok {
+				uses[i].WithheldOutput = out
+			}
+		}
+	}
 }
 
 // DecodeEvent rebuilds an event's payload from its name and visible JSON,
@@ -177,8 +208,7 @@ func DecodeEvent(name string, data []byte, hidden Hidden) (any, error) {
 		return nil, fmt.Errorf("decode %s event: %w", name, err)
 	}
 	if s, ok := v.(*Step); ok {
-		s.Thinking, s.AgentGuidance = hidden.Thinking, hidden.AgentGuidance
-		s.WithheldResponse, s.WithheldToolUsage = hidden.WithheldResponse, hidden.WithheldToolUsage
+		withHidden(s, hidden)
 	}
 	return reflect.ValueOf(v).Elem().Interface(), nil
 }

@@ -20,6 +20,7 @@ import (
 	"encoding/json"
 	"maps"
 	"net/http"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -50,6 +51,9 @@ type Telemetry struct {
 	toolCalls    *vec[[2]string, prometheus.Observer]
 	subscribers  prometheus.Gauge
 	storeWrites  prometheus.Histogram
+	judgements   *vec[[4]string, prometheus.Counter]
+	rules        *vec[[2]string, prometheus.Counter]
+	judgeWait    *vec[[3]string, prometheus.Observer]
 }
 
 // Options are what New needs besides the registry.
@@ -80,7 +84,17 @@ func New(reg prometheus.Registerer, opt Options) (*Telemetry, error) {
 	toolCalls := prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "superego_tool_call_seconds",
 		Help:    "Tool calls, by outcome: ok, error (the tool's own, which goes back to the model), timeout, or panic.",
 		Buckets: []float64{.0001, .0005, .001, .005, .01, .05, .1, .5, 1, 5, 15, 60, 120}}, []string{"tool", "outcome"})
+	judgements := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "superego_tool_judgements_total",
+		Help: "Judgements of tool calls (kind call) and of their results (kind result) by an agent's judges (SPEC §3c), by the decision they stand for."}, []string{"flow", "node", "kind", "decision"})
+	rules := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "superego_tool_rules_total",
+		Help: "Tool calls a permission rule decided, with no model: allow, ask or deny."}, []string{"flow", "effect"})
+	judgeWait := prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "superego_tool_judge_wait_seconds",
+		Help:    "How long a tool call, or its result, waited for its judge's verdict.",
+		Buckets: []float64{.01, .05, .1, .25, .5, 1, 2, 4, 8, 15, 30, 60, 120}}, []string{"flow", "node", "kind"})
 	t := &Telemetry{
+		judgements:   newVec(func(k [4]string) prometheus.Counter { return judgements.WithLabelValues(k[:]...) }),
+		rules:        newVec(func(k [2]string) prometheus.Counter { return rules.WithLabelValues(k[:]...) }),
+		judgeWait:    newVec(func(k [3]string) prometheus.Observer { return judgeWait.WithLabelValues(k[:]...) }),
 		tracer:       opt.Tracer,
 		content:      opt.Content,
 		runsStarted:  newVec(func(k [1]string) prometheus.Counter { return runsStarted.WithLabelValues(k[:]...) }),
@@ -99,7 +113,7 @@ func New(reg prometheus.Registerer, opt Options) (*Telemetry, error) {
 			Buckets: []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5}}),
 	}
 	for _, c := range []prometheus.Collector{runsStarted, runsFinished, t.runsInFlight, steps, drafts,
-		modelCalls, tokens, toolCalls, t.subscribers, t.storeWrites} {
+		modelCalls, tokens, toolCalls, t.subscribers, t.storeWrites, judgements, rules, judgeWait} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -196,6 +210,11 @@ func (t *Telemetry) Flow() *flow.Observer {
 			t.drafts.get([3]string{flowID, node, outcome}).Inc()
 		},
 		Wrote: func(d time.Duration) { t.storeWrites.Observe(d.Seconds()) },
+		Judged: func(flowID, judge, kind, decision string, wait time.Duration) {
+			t.judgements.get([4]string{flowID, judge, kind, decision}).Inc()
+			t.judgeWait.get([3]string{flowID, judge, kind}).Observe(wait.Seconds())
+		},
+		Ruled: func(flowID, effect string) { t.rules.get([2]string{flowID, effect}).Inc() },
 	}
 	if t.tracer != nil {
 		o.NodeStarted, o.NodeEnded = t.nodeStarted, t.nodeEnded
@@ -362,4 +381,43 @@ func messagesJSON(msgs []agents.Message) string {
 	}
 	b, _ := json.Marshal(out)
 	return string(b)
+}
+
+// waiting counts, at each scrape, the instances whose last run ended
+// waiting for a person or a client: superego_instances_waiting.
+type waiting struct {
+	desc  *prometheus.Desc
+	store flow.Store
+}
+
+// waitingStatuses are the statuses an instance waits in.
+var waitingStatuses = []string{flow.StatusAwaitingReview, flow.StatusAwaitingToolResult, flow.StatusAwaitingInput}
+
+// Waiting registers superego_instances_waiting{flow,status}, read from the
+// store at each scrape: the instances waiting for a person's review, for a
+// client's tool results, or for the user's answer.
+func Waiting(reg prometheus.Registerer, store flow.Store) error {
+	return reg.Register(&waiting{store: store, desc: prometheus.NewDesc("superego_instances_waiting",
+		"Instances waiting for a person's review, a client's tool results or the user's answer, by flow.", []string{"flow", "status"}, nil)})
+}
+
+func (w *waiting) Describe(ch chan<- *prometheus.Desc) { ch <- w.desc }
+
+func (w *waiting) Collect(ch chan<- prometheus.Metric) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	for _, status := range waitingStatuses {
+		list, err := w.store.List(ctx, flow.ListOptions{Status: status})
+		if err != nil {
+			ch <- prometheus.NewInvalidMetric(w.desc, err)
+			return
+		}
+		counts := map[string]int{}
+		for _, s := range list {
+			counts[s.FlowID]++
+		}
+		for _, id := range slices.Sorted(maps.Keys(counts)) {
+			ch <- prometheus.MustNewConstMetric(w.desc, prometheus.GaugeValue, float64(counts[id]), id, status)
+		}
+	}
 }

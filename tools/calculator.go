@@ -25,6 +25,7 @@ func Calculator() Tool {
 	return Tool{
 		Name:        "calculator",
 		ReadOnly:    true,
+		ClosedWorld: true,
 		Description: "Evaluate an arithmetic expression, such as 5*10, (2+3)^2, sqrt(2) or max(1, 7). Operators: + - * / % ^ **; functions: " + strings.Join(funcNames(), ", ") + "; constants: pi, e.",
 		Parameters:  schema("expression", "the expression to evaluate"),
 		Call: func(_ context.Context, args json.RawMessage) (string, error) {

@@ -21,6 +21,7 @@ func CodeAnalyzer() Tool {
 	return Tool{
 		Name:        "code_analyzer",
 		ReadOnly:    true,
+		ClosedWorld: true,
 		Description: "Static facts about a code snippet: language guess, lines, functions defined, and syntax errors for Go. Does not run the code.",
 		Parameters:  schema("code", "the source code to analyze"),
 		Call: func(_ context.Context, args json.RawMessage) (string, error) {

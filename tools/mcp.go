@@ -333,6 +333,9 @@ func (c *mcpConn) list(ctx context.Context, session *mcp.ClientSession) ([]Tool,
 			Description: t.Description,
 			Parameters:  params,
 			ReadOnly:    t.Annotations != nil && t.Annotations.ReadOnlyHint,
+			// MCP's default for openWorldHint is true: only a server that
+			// says false makes a tool closed-world.
+			ClosedWorld: t.Annotations != nil && t.Annotations.OpenWorldHint != nil && !*t.Annotations.OpenWorldHint,
 			Call:        c.caller(t.Name),
 		})
 	}

@@ -22,6 +22,10 @@ type Tool struct {
 	// it before its judge has decided (SPEC §3b). The zero value is the
 	// safe one: a tool changes things unless it says otherwise.
 	ReadOnly bool
+	// ClosedWorld says the tool reaches nothing outside the machine: its
+	// arguments go nowhere and its results come from nowhere an attacker
+	// can write (SPEC §3c). The zero value is the careful one: open-world.
+	ClosedWorld bool
 }
 
 // Set is the tools a server offers, by name.

@@ -107,13 +107,13 @@ func (w *Workspaces) Tools() Set {
 	}
 	return Set{
 		"write_file": {Name: "write_file", Description: "Write a text file in your workspace, replacing it if it exists; folders are created.",
-			Parameters: obj(map[string]any{"path": path, "content": map[string]any{"type": "string"}}, "path", "content"), Call: w.write},
+			Parameters: obj(map[string]any{"path": path, "content": map[string]any{"type": "string"}}, "path", "content"), Call: w.write, ClosedWorld: true},
 		"read_file": {Name: "read_file", Description: "Read a file of your workspace.",
-			Parameters: obj(map[string]any{"path": path}, "path"), Call: w.read, ReadOnly: true},
+			Parameters: obj(map[string]any{"path": path}, "path"), Call: w.read, ReadOnly: true, ClosedWorld: true},
 		"list_files": {Name: "list_files", Description: "List the files of your workspace (or of one folder in it), with their sizes.",
-			Parameters: obj(map[string]any{"path": path}), Call: w.list, ReadOnly: true},
+			Parameters: obj(map[string]any{"path": path}), Call: w.list, ReadOnly: true, ClosedWorld: true},
 		"delete_file": {Name: "delete_file", Description: "Delete a file of your workspace.",
-			Parameters: obj(map[string]any{"path": path}, "path"), Call: w.delete},
+			Parameters: obj(map[string]any{"path": path}, "path"), Call: w.delete, ClosedWorld: true},
 	}
 }
 

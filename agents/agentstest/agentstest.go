@@ -36,11 +36,14 @@ type Message struct {
 	ToolCallID string // for role tool
 }
 
-// Call is a tool call.
+// Call is a tool call. Delay and Wait, in an answer (OpenAI), hold the
+// call's first chunk back: for Delay, then until Wait is closed.
 type Call struct {
-	ID   string
-	Name string
-	Args string
+	ID    string
+	Name  string
+	Args  string
+	Delay time.Duration
+	Wait  <-chan struct{}
 }
 
 // Answer is what the fake model replies.
@@ -222,7 +225,7 @@ func NewOpenAI(script func(Request) Answer) *Server {
 			}
 			msg := Message{Role: m.Role, Text: text, ToolCallID: m.ToolCallID}
 			for _, tc := range m.ToolCalls {
-				msg.ToolCalls = append(msg.ToolCalls, Call{tc.ID, tc.Function.Name, tc.Function.Arguments})
+				msg.ToolCalls = append(msg.ToolCalls, Call{ID: tc.ID, Name: tc.Function.Name, Args: tc.Function.Arguments})
 			}
 			req.Messages = append(req.Messages, msg)
 		}
@@ -264,6 +267,20 @@ func NewOpenAI(script func(Request) Answer) *Server {
 			}
 		}
 		for i, tc := range a.ToolCalls {
+			if tc.Delay > 0 {
+				select {
+				case <-time.After(tc.Delay):
+				case <-r.Context().Done():
+					return
+				}
+			}
+			if tc.Wait != nil {
+				select {
+				case <-tc.Wait:
+				case <-r.Context().Done():
+					return
+				}
+			}
 			send(chunk(map[string]any{"tool_calls": []any{map[string]any{"index": i, "id": tc.ID, "type": "function",
 				"function": map[string]any{"name": tc.Name, "arguments": ""}}}}, nil))
 			for _, c := range chunks(tc.Args, 5) {
@@ -333,7 +350,7 @@ func NewAnthropic(script func(Request) Answer) *Server {
 				case "text":
 					req.Messages = append(req.Messages, Message{Role: m.Role, Text: c.Text})
 				case "tool_use":
-					req.Messages = append(req.Messages, Message{Role: "assistant", ToolCalls: []Call{{c.ID, c.Name, string(c.Input)}}})
+					req.Messages = append(req.Messages, Message{Role: "assistant", ToolCalls: []Call{{ID: c.ID, Name: c.Name, Args: string(c.Input)}}})
 				case "tool_result":
 					req.Messages = append(req.Messages, Message{Role: "tool", ToolCallID: c.ToolUseID, Text: contentText(c.Content)})
 				}

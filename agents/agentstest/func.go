@@ -35,7 +35,7 @@ func (f Func) GenerateContent(ctx context.Context, messages []llms.MessageConten
 			case llms.TextContent:
 				msg.Text += p.Text
 			case llms.ToolCall:
-				msg.ToolCalls = append(msg.ToolCalls, Call{p.ID, p.FunctionCall.Name, p.FunctionCall.Arguments})
+				msg.ToolCalls = append(msg.ToolCalls, Call{ID: p.ID, Name: p.FunctionCall.Name, Args: p.FunctionCall.Arguments})
 			case llms.ToolCallResponse:
 				msg.ToolCallID, msg.Text = p.ToolCallID, p.Content
 			}

@@ -229,7 +229,9 @@ func serve(ctx context.Context, cfg config, stdout, stderr io.Writer, ready chan
 	}
 	defer w.close()
 	engine, refused := w.engine, w.refused
-	ops.observe(engine)
+	if err := ops.observe(engine); err != nil {
+		return err
+	}
 	for _, r := range refused {
 		log.Warn("flow refused", "flow", r.ID, "errors", strings.Join(r.Errors, "; "))
 	}

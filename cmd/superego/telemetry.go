@@ -28,6 +28,7 @@ func newLogger(cfg config, w io.Writer, level slog.Level) *slog.Logger {
 // operators is what serve gives operators to watch: metrics, and traces
 // where OTEL_* variables ask for them.
 type operators struct {
+	reg     prometheus.Registerer
 	tel     *telemetry.Telemetry
 	metrics http.Handler
 	// stop sends the spans still to be sent, and closes the metrics'
@@ -59,7 +60,7 @@ func watch(ctx context.Context, cfg config, log *slog.Logger) (*operators, *slog
 	if err != nil {
 		return nil, nil, err
 	}
-	ops := &operators{tel: tel, metrics: telemetry.Handler(reg)}
+	ops := &operators{reg: reg, tel: tel, metrics: telemetry.Handler(reg)}
 	if cfg.MetricsAddr != "" {
 		ln, err := net.Listen("tcp", cfg.MetricsAddr)
 		if err != nil {
@@ -82,9 +83,13 @@ func watch(ctx context.Context, cfg config, log *slog.Logger) (*operators, *slog
 }
 
 // observe has the engine's runs, and its agent's calls, observed.
-func (ops *operators) observe(engine *flow.Engine) {
+func (ops *operators) observe(engine *flow.Engine) error {
 	engine.Exec.Observe = ops.tel.Flow()
+	if err := telemetry.Waiting(ops.reg, engine.Store); err != nil {
+		return err
+	}
 	if a, ok := engine.Exec.Agent.(*agents.Agent); ok {
 		a.Observe = ops.tel.Agents()
 	}
+	return nil
 }

@@ -3,18 +3,30 @@
 // as a child process (Main, Command), or over streamable HTTP (HTTP). Its
 // tools:
 //
-//	echo {text}      returns text; read-only (readOnlyHint)
+//	echo {text}      returns text; read-only and closed-world (readOnlyHint, openWorldHint false)
 //	add_note {text}  returns "noted: TEXT"; changes things (no readOnlyHint)
-//	pid {}           the server's process id; read-only
-//	env {name}       whether the variable is set in the server's environment; read-only
+//	pid {}           the server's process id; read-only, closed-world
+//	env {name}       whether the variable is set in the server's environment; read-only, closed-world
+//
+// and, in the actions server (NewActionsServer), for judged actions:
+//
+//	fetch {url}      returns the page LogEnv's directory holds for it (PageFile); read-only, open-world
+//	send {to, body}  "sends" body to to; changes things
+//	hold {text}      changes things, and answers only when its call is cancelled
+//
+// Each call of send and hold is written to the file LogEnv names, as
+// "TOOL\tARGUMENTS" lines, before it answers: a test counts there what ran.
 package mcptest
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
+	neturl "net/url"
 	"os"
 	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -30,7 +42,56 @@ const (
 	// SecretEnv is a variable the server prints to its standard error
 	// when it starts, as a careless server might print its token.
 	SecretEnv = "SUPEREGO_TEST_MCP_SECRET"
+	// LogEnv names the file each call of send and hold is written to.
+	LogEnv = "SUPEREGO_TEST_MCP_LOG"
 )
+
+// PageFile is the file fetch reads for url: beside LogEnv's file, named
+// for the url.
+func PageFile(log, url string) string {
+	return log + ".page." + neturl.QueryEscape(url)
+}
+
+// Calls reads the calls LogEnv's file holds: "TOOL\tARGUMENTS" lines.
+func Calls(tb testing.TB, log string) []string {
+	tb.Helper()
+	b, err := os.ReadFile(log)
+	if os.IsNotExist(err) {
+		return nil
+	}
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return strings.Split(strings.TrimSuffix(string(b), "\n"), "\n")
+}
+
+// logCall writes a call to LogEnv's file, and syncs it: the process may be
+// killed the next moment.
+func logCall(tool string, in any) error {
+	path := os.Getenv(LogEnv)
+	if path == "" {
+		return nil
+	}
+	args, _ := json.Marshal(in)
+	f, err := os.OpenFile(path, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	if _, err := fmt.Fprintf(f, "%s\t%s\n", tool, args); err != nil {
+		return err
+	}
+	return f.Sync()
+}
+
+type url struct {
+	URL string `json:"url" jsonschema:"the page's address"`
+}
+
+type message struct {
+	To   string `json:"to" jsonschema:"where to send it"`
+	Body string `json:"body" jsonschema:"what to send"`
+}
 
 type text struct {
 	Text string `json:"text" jsonschema:"the text"`
@@ -43,10 +104,25 @@ type name struct {
 // NewServer is the test server.
 func NewServer() *mcp.Server {
 	s := mcp.NewServer(&mcp.Implementation{Name: "mcptest", Version: "1"}, nil)
-	result := func(s string) *mcp.CallToolResult {
-		return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: s}}}
-	}
-	mcp.AddTool(s, &mcp.Tool{Name: "echo", Description: "Returns its text.", Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true}},
+	addBase(s)
+	return s
+}
+
+// NewActionsServer is the test server with the tools of judged actions.
+func NewActionsServer() *mcp.Server {
+	s := mcp.NewServer(&mcp.Implementation{Name: "mcptest-actions", Version: "1"}, nil)
+	addBase(s)
+	addActions(s)
+	return s
+}
+
+func result(s string) *mcp.CallToolResult {
+	return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: s}}}
+}
+
+func addBase(s *mcp.Server) {
+	closed := &mcp.ToolAnnotations{ReadOnlyHint: true, OpenWorldHint: new(bool)}
+	mcp.AddTool(s, &mcp.Tool{Name: "echo", Description: "Returns its text.", Annotations: closed},
 		func(_ context.Context, _ *mcp.CallToolRequest, in text) (*mcp.CallToolResult, any, error) {
 			return result(in.Text), nil, nil
 		})
@@ -54,23 +130,49 @@ func NewServer() *mcp.Server {
 		func(_ context.Context, _ *mcp.CallToolRequest, in text) (*mcp.CallToolResult, any, error) {
 			return result("noted: " + in.Text), nil, nil
 		})
-	mcp.AddTool(s, &mcp.Tool{Name: "pid", Description: "The server's process id.", Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true}},
+	mcp.AddTool(s, &mcp.Tool{Name: "pid", Description: "The server's process id.", Annotations: closed},
 		func(context.Context, *mcp.CallToolRequest, struct{}) (*mcp.CallToolResult, any, error) {
 			return result(strconv.Itoa(os.Getpid())), nil, nil
 		})
-	mcp.AddTool(s, &mcp.Tool{Name: "env", Description: "Whether a variable is set.", Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true}},
+	mcp.AddTool(s, &mcp.Tool{Name: "env", Description: "Whether a variable is set.", Annotations: closed},
 		func(_ context.Context, _ *mcp.CallToolRequest, in name) (*mcp.CallToolResult, any, error) {
 			_, ok := os.LookupEnv(in.Name)
 			return result(strconv.FormatBool(ok)), nil, nil
 		})
-	return s
+}
+
+func addActions(s *mcp.Server) {
+	mcp.AddTool(s, &mcp.Tool{Name: "fetch", Description: "Reads a web page.", Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true}},
+		func(_ context.Context, _ *mcp.CallToolRequest, in url) (*mcp.CallToolResult, any, error) {
+			page, err := os.ReadFile(PageFile(os.Getenv(LogEnv), in.URL))
+			if err != nil {
+				return nil, nil, fmt.Errorf("no page at %s", in.URL)
+			}
+			return result(string(page)), nil, nil
+		})
+	mcp.AddTool(s, &mcp.Tool{Name: "send", Description: "Sends a message."},
+		func(_ context.Context, _ *mcp.CallToolRequest, in message) (*mcp.CallToolResult, any, error) {
+			if err := logCall("send", in); err != nil {
+				return nil, nil, err
+			}
+			return result("sent to " + in.To), nil, nil
+		})
+	mcp.AddTool(s, &mcp.Tool{Name: "hold", Description: "Starts a long task."},
+		func(ctx context.Context, _ *mcp.CallToolRequest, in text) (*mcp.CallToolResult, any, error) {
+			if err := logCall("hold", in); err != nil {
+				return nil, nil, err
+			}
+			<-ctx.Done()
+			return nil, nil, ctx.Err()
+		})
 }
 
 // Main serves the test server over stdio, and exits, when the test binary
 // was started as one by Command; otherwise it returns at once. Call it
 // first in TestMain.
 func Main() {
-	if os.Getenv(childEnv) != "1" {
+	kind := os.Getenv(childEnv)
+	if kind != "1" && kind != "actions" {
 		return
 	}
 	if down := os.Getenv(DownEnv); down != "" {
@@ -82,7 +184,11 @@ func Main() {
 	if secret := os.Getenv(SecretEnv); secret != "" {
 		fmt.Fprintln(os.Stderr, "mcptest: starting with token", secret)
 	}
-	if err := NewServer().Run(context.Background(), &mcp.StdioTransport{}); err != nil {
+	s := NewServer()
+	if kind == "actions" {
+		s = NewActionsServer()
+	}
+	if err := s.Run(context.Background(), &mcp.StdioTransport{}); err != nil {
 		fmt.Fprintln(os.Stderr, "mcptest:", err)
 		os.Exit(1)
 	}
@@ -107,5 +213,11 @@ func Command(tb testing.TB, name string, env map[string]string) tools.MCPServer 
 // Handler serves the test server over streamable HTTP.
 func Handler() http.Handler {
 	s := NewServer()
+	return mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s }, nil)
+}
+
+// ActionsHandler serves the actions server over streamable HTTP.
+func ActionsHandler() http.Handler {
+	s := NewActionsServer()
 	return mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s }, nil)
 }

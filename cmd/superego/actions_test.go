@@ -1,0 +1,65 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"superego/agents/agentstest"
+	"superego/tools/mcptest"
+)
+
+// A server killed while a side-effecting MCP call runs does not run it
+// again when the run resumes: the tool server saw the call once, the model
+// is told it may or may not have taken effect, and the run completes.
+func TestKillNineDuringAToolCallRunsItOnce(t *testing.T) {
+	dir := t.TempDir()
+	os.MkdirAll(filepath.Join(dir, "flows"), 0o755)
+	os.WriteFile(filepath.Join(dir, "flows", "calc.json"), []byte(strings.Replace(mcpFlow, "%s", "mcp__t__hold", 1)), 0o644)
+	sent := filepath.Join(dir, "sent.log")
+	exe, _ := os.Executable()
+	writeJSON(t, filepath.Join(dir, "mcp.json"), map[string]any{"mcpServers": map[string]any{
+		"t": map[string]any{"command": exe, "env": map[string]string{"SUPEREGO_TEST_MCP_SERVER": "actions", mcptest.LogEnv: sent}}}})
+	model := &gatedModel{Server: agentstest.OpenAI(t, func(r agentstest.Request) agentstest.Answer {
+		if res := r.ToolResults(); len(res) > 0 {
+			return agentstest.Reply("", "COMPLETE", "", "finished: "+res[0].Text)
+		}
+		return agentstest.Answer{ToolCalls: []agentstest.Call{{ID: "h1", Name: "mcp__t__hold", Args: `{"text": "once"}`}}}
+	})}
+	mcp := []string{"--mcp", filepath.Join(dir, "mcp.json"), "--constitutions", "../../constitutions"}
+	first := startServer(t, dir, model, mcp...)
+	id := startRun(t, first.addr)
+	// The call has reached the tool server, which holds it: kill the
+	// server mid-call.
+	for deadline := time.Now().Add(20 * time.Second); len(mcptest.Calls(t, sent)) == 0; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the call never reached the tool server:\n%s", first.logs)
+		}
+	}
+	first.cmd.Process.Signal(syscall.SIGKILL)
+	<-first.done
+
+	second := startServer(t, dir, model, mcp...)
+	events := history(t, second.addr, id)
+	last := events[len(events)-1]
+	if last.name != "done" || !strings.Contains(last.data, `"status":"completed","response":"finished: interrupted: this call may or may not have taken effect"`) {
+		t.Errorf("the resumed run ended %+v\n%s", last, second.logs)
+	}
+	if calls := mcptest.Calls(t, sent); len(calls) != 1 || calls[0] != "hold\t{\"text\":\"once\"}" {
+		t.Errorf("the tool server saw %q", calls)
+	}
+	steps := 0
+	for _, e := range events {
+		if e.name == "complete_step" && strings.Contains(e.data, `"tool_usage":[{"id":"h1","tool_name":"mcp__t__hold","input":{"text":"once"},"output":"interrupted: this call may or may not have taken effect"`) {
+			steps++
+		}
+	}
+	if steps != 1 {
+		t.Errorf("the interrupted call's step is there %d times", steps)
+	}
+	second.cmd.Process.Signal(syscall.SIGTERM)
+	<-second.done
+}

@@ -1,0 +1,625 @@
+package flow
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+)
+
+// Client is the tool an inner agent lists to be offered a request's own
+// function tools (SPEC §4a).
+const Client = "client"
+
+// Kinds of a judgement of an action (SPEC §3c).
+const (
+	KindCall   = "call"
+	KindResult = "result"
+)
+
+// Messages a model gets as a call's result where the call did not run as
+// asked, or its result was not handed over.
+const (
+	Interrupted = "interrupted: this call may or may not have taken effect"
+)
+
+// ToolInfo is what the executor must know of a tool to decide a call to
+// it. The zero value is the careful one: a tool changes things and
+// reaches outside the machine unless it says otherwise.
+type ToolInfo struct {
+	Description string
+	ReadOnly    bool
+	ClosedWorld bool
+}
+
+// judgedFirst reports whether a call to the tool goes to a call judge:
+// every tool but those that are read-only and closed-world.
+func (i ToolInfo) judgedFirst() bool { return !i.ReadOnly || !i.ClosedWorld }
+
+// Result is what running a call gave: the text the model gets, or the
+// error it gets instead.
+type Result struct {
+	Output string
+	Error  string
+	// Proposed: the call is a supervisor's change that waits for a
+	// person's review (ToolUse.Proposed).
+	Proposed bool
+}
+
+// Action is a tool call, or its result, put to a judge (SPEC §3c).
+type Action struct {
+	Kind        string
+	Agent       string  // the agent whose call it is
+	Call        ToolUse // for a result, with the result in Output or Error
+	Description string  // the tool's, as its server gave it: untrusted
+	Others      []ToolUse
+	Earlier     []ToolUse // the instance's earlier judged calls, with their results as the agent saw them
+}
+
+// Calls decides, records and runs the tool calls of one reply of a node's
+// model (SPEC §3c). The agent proposes each call as soon as its arguments
+// are whole: the node's permissions decide at once, and a call they do not
+// decide goes to the node's tool_judge while the model goes on. Finish
+// waits for the verdicts, records each judgement as a step, runs the calls
+// that may run, in order, a call that changes things recorded as started
+// before it runs, has open-world results judged before the model can read
+// them, and returns the calls as the node's step records them.
+//
+// An agent that is given no Calls makes its own with Ungated.
+type Calls struct {
+	node   *Node
+	task   *Task
+	flowID string
+	ctx    context.Context // the iteration's: judgements stop with it
+	out    func(Event)     // the node's events, emitted or held as its turn is
+	// record appends a judgement's step, numbered; sync waits until every
+	// event out and record have sent is durable (nil: nothing to wait for).
+	record func(Step) (Step, error)
+	sync   func() error
+	act    func(ctx context.Context, t *Task) (Reply, error)
+	obs    *Observer
+
+	toolJudge, resultJudge *Node
+	earlier                []ToolUse
+
+	mu    sync.Mutex
+	calls []*call
+	lost  Usage // tokens of judgements whose call changed before its verdict
+	ended *Step // a judge's BLOCK that ends the run
+}
+
+// call is one proposed call and how it was decided.
+type call struct {
+	use    ToolUse
+	info   ToolInfo
+	run    func(ctx context.Context) Result
+	preset bool // decided already, by a person's review
+
+	ruling  Ruling
+	decided chan struct{} // closed once the verdict is in
+	verdict *verdict      // the judge's, where one judged, until its step is recorded
+	judged  bool          // a judge decided it
+}
+
+// verdict is a judge's judgement of a call or a result.
+type verdict struct {
+	judge *Node
+	kind  string
+	input string // the call or result as it was judged, for the step
+	reply Reply
+	err   error
+	start time.Time
+	at    time.Time // when it ended: steps are recorded in that order
+}
+
+// Ungated makes Calls that let every call run, with no rule, no judge and
+// no record: for nodes that judge rather than act (a superego's own tools,
+// a chunk's judge) and for an agent run on its own. emit gets its events.
+func Ungated(emit func(Event)) *Calls {
+	return &Calls{node: &Node{}, task: &Task{}, ctx: context.Background(), out: emit}
+}
+
+// Propose gives the node's i-th call of the reply, as soon as its
+// arguments are whole. The same call proposed again changes nothing; a
+// call whose arguments differ from those proposed before replaces it.
+func (c *Calls) Propose(i int, use ToolUse, info ToolInfo, run func(ctx context.Context) Result) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for len(c.calls) <= i {
+		c.calls = append(c.calls, nil)
+	}
+	if old := c.calls[i]; old != nil {
+		if old.use.ToolName == use.ToolName && string(old.use.Input) == string(use.Input) {
+			return
+		}
+		go c.forget(old)
+	}
+	k := &call{use: use, info: info, run: run, decided: make(chan struct{})}
+	c.calls[i] = k
+	if a := c.approved(use.ID); a != nil {
+		k.use.JudgedBy, k.use.Refused, k.use.Output, k.preset = a.JudgedBy, a.Refused, a.Output, true
+		close(k.decided)
+		return
+	}
+	k.ruling = c.node.Permissions.decide(use.ToolName, use.Input)
+	if k.ruling.Effect != "" {
+		c.obs.ruled(c.flowID, k.ruling.Effect)
+	}
+	if k.ruling.Effect != "" || c.toolJudge == nil || !info.judgedFirst() {
+		close(k.decided)
+		return
+	}
+	others := make([]ToolUse, 0, len(c.calls))
+	for _, o := range c.calls {
+		if o != nil && o != k {
+			others = append(others, o.use)
+		}
+	}
+	a := &Action{Kind: KindCall, Agent: c.node.AgentID, Call: use, Description: info.Description, Others: others, Earlier: c.earlier}
+	go func() {
+		k.verdict = c.judge(c.toolJudge, a)
+		close(k.decided)
+	}()
+}
+
+// approved is the person's answer to a call that waited for review.
+func (c *Calls) approved(id string) *ToolUse {
+	for i := range c.task.Approved {
+		if id != "" && c.task.Approved[i].ID == id {
+			return &c.task.Approved[i]
+		}
+	}
+	return nil
+}
+
+// forget waits for a replaced call's judgement and counts its tokens.
+func (c *Calls) forget(k *call) {
+	<-k.decided
+	if v := k.verdict; v != nil && v.reply.Usage != nil {
+		c.mu.Lock()
+		c.lost.PromptTokens += v.reply.Usage.PromptTokens
+		c.lost.CompletionTokens += v.reply.Usage.CompletionTokens
+		c.mu.Unlock()
+	}
+}
+
+// judge asks a judge node about an action. It runs on its own goroutine.
+func (c *Calls) judge(judge *Node, a *Action) (v *verdict) {
+	v = &verdict{judge: judge, kind: a.Kind, input: a.text(), start: time.Now()}
+	decisions := []string{Accept, Block, HumanReview}
+	if a.Kind == KindResult {
+		decisions = []string{Accept, Block}
+	}
+	t := &Task{FlowID: c.flowID, InstanceID: c.task.InstanceID, Cache: c.task.Cache, Node: judge, History: c.task.History,
+		UserMessage: c.task.UserMessage, Input: v.input, InputFrom: c.node.AgentID, Decisions: decisions, Action: a}
+	defer func() {
+		if p := recover(); p != nil {
+			v.err = fmt.Errorf("panic in judge %s: %v", judge.Name, p)
+		}
+		v.at = time.Now()
+	}()
+	v.reply, v.err = c.act(c.ctx, t)
+	if v.err != nil {
+		v.err = redact(v.err, t.Hidden()...)
+	}
+	return v
+}
+
+// text is the action as a judgement step's input records it.
+func (a *Action) text() string {
+	s := a.Call.ToolName + " " + string(a.Call.Input)
+	if a.Kind == KindResult {
+		s += "\n→ " + resultText(a.Call)
+	}
+	return s
+}
+
+// resultText is a call's result as the model reads it.
+func resultText(u ToolUse) string {
+	if u.Error != "" {
+		return "error: " + u.Error
+	}
+	return u.Output
+}
+
+// errJudgeEnded stops an agent's turn: a judge whose BLOCK leads nowhere
+// refused a call or a result, and the run ends there (Calls.ended).
+var errJudgeEnded = errors.New("a judge ended the run")
+
+// Finish decides and runs the reply's first n calls, in order, and returns
+// them as the step records them. ctx is the agent's.
+func (c *Calls) Finish(ctx context.Context, n int) ([]ToolUse, error) {
+	c.mu.Lock()
+	calls := slices.Clone(c.calls[:min(n, len(c.calls))])
+	for _, k := range c.calls[len(calls):] {
+		if k != nil {
+			go c.forget(k)
+		}
+	}
+	c.mu.Unlock()
+	for _, k := range calls {
+		if k == nil {
+			return nil, fmt.Errorf("%w: a tool call was never proposed", ErrModelOutput)
+		}
+		select {
+		case <-k.decided:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	// Judgements go into the log in the order they were made.
+	judged := slices.DeleteFunc(slices.Clone(calls), func(k *call) bool { return k.verdict == nil })
+	slices.SortStableFunc(judged, func(a, b *call) int { return a.verdict.at.Compare(b.verdict.at) })
+	for _, k := range judged {
+		if err := c.settle(k); err != nil {
+			return nil, err
+		}
+	}
+	uses := make([]ToolUse, len(calls))
+	var results []*call
+	for i, k := range calls {
+		c.rule(k)
+		if k.use.Refused || k.use.Awaiting {
+			if k.use.Refused {
+				c.out(Event{Name: EventToolCall, Data: ToolCall{Node: c.node.Name, ToolName: k.use.ToolName, Input: k.use.Input, ToolCallID: k.use.ID}})
+				c.out(resultEvent(c.node.Name, k.use))
+			}
+			uses[i] = k.use
+			continue
+		}
+		if k.info.judgedFirst() && c.task.BeforeWrite != nil {
+			if err := c.task.BeforeWrite(ctx); err != nil {
+				return nil, err // a speculative turn whose judge did not accept: nothing ran
+			}
+		}
+		c.out(Event{Name: EventToolCall, Data: ToolCall{Node: c.node.Name, ToolName: k.use.ToolName, Input: k.use.Input, ToolCallID: k.use.ID}})
+		if !k.info.ReadOnly && c.sync != nil {
+			// At most once: the call is on record as started before it
+			// runs, so that a run resumed after a crash does not run it again.
+			if err := c.sync(); err != nil {
+				return nil, err
+			}
+		}
+		r, err := runCall(ctx, k)
+		if err != nil {
+			return nil, err
+		}
+		k.use.Output, k.use.Error, k.use.Proposed = r.Output, r.Error, r.Proposed
+		if c.resultJudge != nil && (!k.info.ClosedWorld || c.node.judgesResults(k.use.ToolName)) {
+			k.decided = make(chan struct{})
+			a := &Action{Kind: KindResult, Agent: c.node.AgentID, Call: k.use, Description: k.info.Description, Earlier: c.earlier}
+			go func() {
+				k.verdict = c.judge(c.resultJudge, a)
+				close(k.decided)
+			}()
+			results = append(results, k)
+		} else {
+			c.out(resultEvent(c.node.Name, k.use))
+		}
+		uses[i] = k.use
+	}
+	if len(results) == 0 {
+		return uses, nil
+	}
+	for _, k := range results {
+		select {
+		case <-k.decided:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	slices.SortStableFunc(results, func(a, b *call) int { return a.verdict.at.Compare(b.verdict.at) })
+	for _, k := range results {
+		if err := c.settle(k); err != nil {
+			return nil, err
+		}
+		c.out(resultEvent(c.node.Name, k.use))
+		uses[slices.Index(calls, k)] = k.use
+	}
+	return uses, nil
+}
+
+// runCall runs an accepted call. A panic, a bug in the tool, fails the
+// run; a tool's error is the model's to read.
+func runCall(ctx context.Context, k *call) (r Result, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("%w: %s panicked: %v", ErrToolFailed, k.use.ToolName, p)
+		}
+	}()
+	return k.run(ctx), nil
+}
+
+// rule applies what decides a call that no judge took: a person's answer,
+// a rule, or the node's default.
+func (c *Calls) rule(k *call) {
+	if k.preset || k.judged {
+		return
+	}
+	effect, by := k.ruling.Effect, k.ruling.Rule
+	if effect == "" {
+		effect = EffectAllow
+		if p := c.node.Permissions; p != nil && p.Default != "" {
+			effect, by = p.Default, "default: "+p.Default
+		}
+	}
+	if by != "" {
+		k.use.JudgedBy = &JudgedBy{Rule: by}
+	}
+	switch effect {
+	case EffectDeny:
+		k.use.Refused, k.use.Output = true, "refused by rule "+by
+	case EffectAsk:
+		k.use.Awaiting = true
+	}
+}
+
+// settle records a judge's verdict on a call or its result as the judge's
+// step, and applies it to the call.
+func (c *Calls) settle(k *call) error {
+	v := k.verdict
+	k.verdict, k.judged = nil, true
+	s, decision := judgementStep(c.node, k.use, v)
+	c.obs.judged(c.flowID, v.judge.Name, v.kind, decision, v.at.Sub(v.start))
+	if decision == Block {
+		if target, ok := v.judge.Transitions[Block]; ok && target == nil {
+			s.NextAgent = nil
+			c.ended = &s
+			return errJudgeEnded
+		}
+	}
+	s, err := c.record(s)
+	if err != nil {
+		return err
+	}
+	by := &JudgedBy{Node: v.judge.Name, StepID: s.StepID, Decision: decision}
+	switch {
+	case v.kind == KindResult && decision != Accept:
+		k.use.WithheldOutput = resultText(k.use)
+		k.use.Output, k.use.Error = "withheld by "+v.judge.Name+": "+s.Response, ""
+		k.use.ResultJudgedBy = by
+	case v.kind == KindResult:
+		k.use.ResultJudgedBy = by
+	case decision == Accept:
+		k.use.JudgedBy = by
+	case decision == HumanReview:
+		k.use.JudgedBy, k.use.Awaiting = by, true
+	default:
+		k.use.JudgedBy, k.use.Refused, k.use.Output = by, true, "refused by "+v.judge.Name+": "+s.Response
+	}
+	return nil
+}
+
+// judgementStep is the judge's step of a verdict, and the decision it
+// stands for: a judge whose model failed, or that answered none of its
+// decisions, refuses (or, with on_error "allow", accepts), and says why.
+func judgementStep(agent *Node, use ToolUse, v *verdict) (Step, string) {
+	s := Step{AgentID: v.judge.AgentID, Node: v.judge.Name, Role: RoleAssistant, Input: v.input, Constitution: v.judge.Constitution,
+		Judged: &Judged{Node: agent.Name, ToolCallID: use.ID, ToolName: use.ToolName, Kind: v.kind}}
+	next := agent.Name
+	s.NextAgent = &next
+	r := v.reply
+	s.Response, s.Thinking, s.AgentGuidance, s.Model, s.Usage, s.LatencyMS, s.Cached = r.Response, r.Thinking, r.AgentGuidance, r.Model, r.Usage, r.Latency.Milliseconds(), r.Cached
+	allowed := []string{Accept, Block, HumanReview}
+	if v.kind == KindResult {
+		allowed = allowed[:2]
+	}
+	d := strings.ToUpper(strings.TrimSpace(r.Decision))
+	switch {
+	case v.err != nil && v.judge.OnError == "allow":
+		d, s.Fallback = Accept, fmt.Sprintf("the model failed (%v); on_error %q decided ACCEPT", v.err, "allow")
+	case v.err != nil:
+		d, s.Fallback = Block, fmt.Sprintf("the model failed (%v); the %s is refused", v.err, v.kind)
+		s.Response = "the judge could not decide"
+	case !slices.Contains(allowed, d):
+		why := "the reply had no decision"
+		if d != "" {
+			why = fmt.Sprintf("%q is not one of %s", truncate(d, 40), strings.Join(allowed, ", "))
+		}
+		d, s.Fallback = Block, why+"; the "+v.kind+" is refused"
+	}
+	s.Decision = d
+	if v.kind == KindResult && d != Accept {
+		// A result kept from the model is kept from clients too: its
+		// step shows the call; the result stays hidden (withheld_output).
+		s.Input, _, _ = strings.Cut(s.Input, "\n→ ")
+	}
+	return s, d
+}
+
+func resultEvent(node string, u ToolUse) Event {
+	by := u.JudgedBy
+	if u.ResultJudgedBy != nil {
+		by = u.ResultJudgedBy
+	}
+	return Event{Name: EventToolResult, Data: ToolResult{Node: node, ToolName: u.ToolName, Output: u.Output, Error: u.Error,
+		ToolCallID: u.ID, JudgedBy: by, Refused: u.Refused}}
+}
+
+// judgesResults reports whether the node has the results of calls to tool
+// judged, whatever the tool says of itself.
+func (n *Node) judgesResults(tool string) bool {
+	return slices.ContainsFunc(n.JudgeResults, func(p string) bool {
+		prefix, star := strings.CutSuffix(p, "*")
+		return p == tool || star && strings.HasPrefix(tool, prefix)
+	})
+}
+
+// Unfinished are the tool calls of a node's iteration that began and has
+// no step yet, as its events have them: a run interrupted there resumes by
+// recording the iteration's step, each call that began with its result if
+// it has one, and otherwise Interrupted. None of them runs again (SPEC
+// §3c: at most once).
+type Unfinished struct {
+	Node  string
+	Calls []ToolUse
+	ended []bool // Calls[i] has its result
+}
+
+// see follows an instance's events: tool calls begin an iteration's list,
+// their results fill it, and the node's step, or a run's start or end,
+// closes it.
+func (u *Unfinished) see(ev Event) {
+	switch d := ev.Data.(type) {
+	case ToolCall:
+		if d.Node != u.Node {
+			*u = Unfinished{Node: d.Node}
+		}
+		u.Calls = append(u.Calls, ToolUse{ID: d.ToolCallID, ToolName: d.ToolName, Input: d.Input})
+		u.ended = append(u.ended, false)
+	case ToolResult:
+		for i := range u.Calls {
+			if c := &u.Calls[i]; !u.ended[i] && c.ID == d.ToolCallID && c.ToolName == d.ToolName {
+				c.Output, c.Error, c.Refused, u.ended[i] = d.Output, d.Error, d.Refused, true
+				if d.Refused {
+					c.JudgedBy = d.JudgedBy
+				} else {
+					c.ResultJudgedBy = d.JudgedBy
+				}
+				break
+			}
+		}
+	case Step:
+		if d.Node == u.Node && d.Judged == nil {
+			*u = Unfinished{}
+		}
+	case RunStart, Done:
+		*u = Unfinished{}
+	}
+}
+
+// finishInterrupted records the step of the iteration a crash cut short
+// between its calls and its step, and counts it.
+func (r *runner) finishInterrupted() error {
+	u := r.unfinished
+	r.unfinished = Unfinished{}
+	node := r.t.Def.Graph.Nodes[u.Node]
+	if len(u.Calls) == 0 || node == nil {
+		return nil
+	}
+	for i := range u.Calls {
+		if !u.ended[i] {
+			u.Calls[i].Output = Interrupted
+		}
+	}
+	s := Step{AgentID: node.AgentID, Node: node.Name, Role: RoleAssistant, Input: r.task(r.steps, nil, node).Input, ToolUsage: u.Calls,
+		Decision: NeedsTool, Fallback: "the run was interrupted while its tool calls ran; none runs again"}
+	if node.Type == Superego {
+		s.Constitution = node.Constitution
+	} else {
+		s.SystemPrompt = node.SystemPrompt
+	}
+	next := node.Name
+	if t, ok := node.Target(NeedsTool); ok {
+		next = t
+	}
+	s.NextAgent = &next
+	r.iters[node.Name]++
+	r.nsteps++
+	return r.appendStep(s, node)
+}
+
+// waiting is a tool call that waits for a person's review, and its node.
+type waiting struct {
+	node string
+	use  ToolUse
+}
+
+// awaitingCalls are the turn's tool calls that wait for a person's review
+// and have no answer yet.
+func awaitingCalls(turn []Step) []waiting {
+	var out []waiting
+	for _, s := range turn {
+		for _, u := range s.ToolUsage {
+			if u.Awaiting && s.AgentID != Reviewer {
+				out = append(out, waiting{s.Node, u})
+			}
+		}
+	}
+	if len(out) == 0 {
+		return nil
+	}
+	return slices.DeleteFunc(out, func(w waiting) bool { return answerOf(turn, w.use.ID) != nil })
+}
+
+// answerOf is the person's answer to the review id, if the turn has one.
+func answerOf(turn []Step, id string) *Step {
+	for i := range turn {
+		if s := &turn[i]; s.AgentID == Reviewer && s.ReviewID == id {
+			return s
+		}
+	}
+	return nil
+}
+
+// reviewed are node's calls that waited for review, now all answered, and
+// not yet run or refused: as the answers decided them.
+func reviewed(turn []Step, node string) []ToolUse {
+	var out []ToolUse
+	done := map[string]bool{}
+	for _, s := range turn {
+		if s.Node != node || s.AgentID == Reviewer {
+			continue
+		}
+		for _, u := range s.ToolUsage {
+			if !u.Awaiting {
+				done[u.ID] = true
+				continue
+			}
+			a := answerOf(turn, u.ID)
+			if a == nil {
+				return nil // it still waits: nothing runs before every answer is in
+			}
+			u.Awaiting, u.Output = false, ""
+			u.JudgedBy = &JudgedBy{Node: Reviewer, StepID: a.StepID, Decision: a.Decision}
+			if a.Decision == Rejected {
+				u.Refused, u.Output = true, "refused by "+Reviewer+": "+a.Response
+			}
+			out = append(out, u)
+		}
+	}
+	return slices.DeleteFunc(out, func(u ToolUse) bool { return done[u.ID] })
+}
+
+// PendingReview is a review an instance waits for (SPEC §3c).
+type PendingReview struct {
+	ReviewID  string          `json:"review_id"`
+	Kind      string          `json:"kind"` // "tool_call", "changes", or "decision" (a supervisor's HUMAN_REVIEW)
+	Node      string          `json:"node"`
+	ToolName  string          `json:"tool_name,omitempty"`
+	Arguments json.RawMessage `json:"arguments,omitempty"`
+}
+
+// Reviews are the reviews an instance whose log has steps waits for: its
+// last turn's tool calls that wait, the changes a supervisor proposed, or
+// its HUMAN_REVIEW, none answered yet.
+func Reviews(steps []Step) []PendingReview {
+	i := lastUserStep(steps)
+	if i < 0 {
+		return nil
+	}
+	turn := steps[i+1:]
+	var out []PendingReview
+	for _, w := range awaitingCalls(turn) {
+		out = append(out, PendingReview{ReviewID: w.use.ID, Kind: "tool_call", Node: w.node, ToolName: w.use.ToolName, Arguments: w.use.Input})
+	}
+	if len(out) > 0 || len(turn) == 0 {
+		return out
+	}
+	last := turn[len(turn)-1]
+	switch {
+	case awaitsReview(turn):
+		for j := len(turn) - 1; j >= 0; j-- {
+			if slices.ContainsFunc(turn[j].ToolUsage, func(u ToolUse) bool { return u.Proposed && u.Error == "" }) {
+				return []PendingReview{{ReviewID: turn[j].StepID, Kind: "changes", Node: turn[j].Node}}
+			}
+		}
+	case last.Decision == HumanReview && last.Judged == nil && last.AgentID != Reviewer:
+		return []PendingReview{{ReviewID: last.StepID, Kind: "decision", Node: last.Node}}
+	}
+	return nil
+}
