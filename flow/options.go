@@ -176,6 +176,9 @@ func newReplayer(steps []Step, r *ReplayOf) *replayer {
 	for _, n := range r.Ask {
 		ask[strings.TrimSpace(n)] = true
 	}
+	// A judgement of an action is part of its agent's step, which is
+	// reused or asked again with it: the walk is over the nodes' steps.
+	steps = slices.DeleteFunc(slices.Clone(steps), func(s Step) bool { return s.Judged != nil })
 	return &replayer{steps: steps, ask: ask, noLive: r.NoLive}
 }
 
