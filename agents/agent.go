@@ -38,6 +38,7 @@ type Agent struct {
 	Observe *Observer
 
 	prompts sync.Map // *flow.Node → its system prompt, built once
+	flights flights  // identical calls in flight, shared (cache.go)
 }
 
 var _ flow.Agent = (*Agent)(nil)
