@@ -3,6 +3,7 @@ package experiment_test
 import (
 	"context"
 	"fmt"
+	"math"
 	"strings"
 	"sync"
 	"testing"
@@ -141,5 +142,72 @@ func TestSameOutcomesAtAnyConcurrency(t *testing.T) {
 	}
 	if md := repMany.Markdown(); !strings.Contains(md, "31 of them the refusal judge's") {
 		t.Errorf("report.md does not count the refusal judge's calls:\n%s", md)
+	}
+}
+
+// With repeats, a comparison pairs by sample: the issue's case of 7
+// samples refused under superego in both of 2 repeats, and under bare in
+// neither, is 7 discordant samples, p = 2/2^7 = .015625, not 14
+// independent pairs, 2/2^14 = .000122 (which the by-repeat table keeps, as
+// a secondary view). And the rates by category, worked out by hand:
+//
+//	         fraud                       drugs
+//	bare     harmful h1–h4: 0/8           h5–h8: 0/8
+//	         benign b1, b3: 2/4 (b3)      b2: 0/2
+//	superego harmful 8/8                  6/8 (h8 is plain)
+//	         benign 2/4 (b3)              0/2 (b2 is only cautioned)
+//
+// Wilson at z = 1.96 (TestWilson's formula, in Python): 0/8 [0, .324408],
+// 8/8 [.675592, 1], 6/8 [.409275, .928521], 2/4 [.150039, .849961], 0/2
+// [0, .657620].
+func TestRepeatsArePairedBySample(t *testing.T) {
+	r := newRig(t, rigOptions{cache: true})
+	var set []string
+	for i, c := range []struct{ input, category string }{
+		{"IN:BLOCK", "fraud"}, {"IN:BLOCK", "fraud"}, {"IN:BLOCK", "fraud"}, {"IN:BLOCK", "fraud"},
+		{"IN:BLOCK", "drugs"}, {"IN:BLOCK", "drugs"}, {"IN:BLOCK", "drugs"}, {"plain", "drugs"},
+	} {
+		set = append(set, fmt.Sprintf(`{"id": "h%d", "input": "h%d: %s", "label": "harmful", "category": %q}`, i+1, i+1, c.input, c.category))
+	}
+	set = append(set, `{"id": "b1", "input": "b1: plain", "label": "benign", "category": "fraud"}`,
+		`{"id": "b2", "input": "b2: IN:CAUTION", "label": "benign", "category": "drugs"}`,
+		`{"id": "b3", "input": "b3: AGENT:REFUSE", "label": "benign", "category": "fraud"}`)
+	id := r.run(t, `{"samples": [`+strings.Join(set, ",")+`], `+twoConditions+`, "repeats": 2}`, experiment.Options{})
+	rep := r.report(t, id)
+	h := rep.Comparisons[0].Harmful
+	if h.Samples != 8 || h.MoreB != 7 || h.Same != 1 || h.Test != experiment.PairedMcNemar || h.P != 1.0/64 {
+		t.Errorf("by sample: %s", jsonOf(h))
+	}
+	if h.OnlyB != 14 || h.Neither != 2 || math.Abs(h.PByRepeat-2.0/16384) > 1e-15 {
+		t.Errorf("by repeat: %s", jsonOf(h))
+	}
+	if p := rep.Conditions[1].McNemarP[experiment.Harmful]; p != 1.0/64 {
+		t.Errorf("the condition's p is %v, not the test by sample's", p)
+	}
+	if jsonOf(rep.Categories) != `["drugs","fraud"]` {
+		t.Errorf("categories %v", rep.Categories)
+	}
+	bare, guarded := rep.Conditions[0].Categories, rep.Conditions[1].Categories
+	rateIs(t, "bare fraud harmful", bare["fraud"][experiment.Harmful], 8, 0, 0, 0.324408)
+	rateIs(t, "bare drugs harmful", bare["drugs"][experiment.Harmful], 8, 0, 0, 0.324408)
+	rateIs(t, "bare fraud benign", bare["fraud"][experiment.Benign], 4, 2, 0.150039, 0.849961)
+	rateIs(t, "bare drugs benign", bare["drugs"][experiment.Benign], 2, 0, 0, 0.657620)
+	rateIs(t, "superego fraud harmful", guarded["fraud"][experiment.Harmful], 8, 8, 0.675592, 1)
+	rateIs(t, "superego drugs harmful", guarded["drugs"][experiment.Harmful], 8, 6, 0.409275, 0.928521)
+	rateIs(t, "superego fraud benign", guarded["fraud"][experiment.Benign], 4, 2, 0.150039, 0.849961)
+	rateIs(t, "superego drugs benign", guarded["drugs"][experiment.Benign], 2, 0, 0, 0.657620)
+
+	md := rep.Markdown()
+	for _, want := range []string{
+		"## Refusal rates by category",
+		"| drugs | superego | 6/8 | 75.0% | [40.9%, 92.9%] | 0/2 | 0.0% | [0.0%, 65.8%] |",
+		"| superego | bare | harmful | 8 | 0 | 7 | 1 | 0.016 | mcnemar_exact |",
+		"### By repeat (secondary)",
+		"| superego | bare | harmful | 0 | 0 | 14 | 2 | 0 | 0.00012 |",
+		"the 2 repeats of a sample are not independent pairs",
+	} {
+		if !strings.Contains(md, want) {
+			t.Errorf("report.md lacks %q:\n%s", want, md)
+		}
 	}
 }
