@@ -300,12 +300,15 @@ func testKillNineThenResume(t *testing.T, db string) {
 	var all strings.Builder
 	all.WriteString(firstErr.String() + out + errs)
 	for _, sub := range []string{"first", "resumed", "clean", "again"} {
-		for _, f := range []string{"results.jsonl", "report.json", "report.md"} {
-			b, _ := os.ReadFile(filepath.Join(dir, sub, f))
+		for _, f := range []string{"results.jsonl", "report.json", "report.md", "report.csv", "report.tex", "report.svg"} {
+			b, err := os.ReadFile(filepath.Join(dir, sub, f))
+			if err != nil && sub != "first" { // killed before it wrote any
+				t.Error(err)
+			}
 			all.Write(b)
 		}
 	}
-	for _, args := range [][]string{{"report", id}, {"report", id, "--format", "json"}, {"report", id, "--format", "csv"}, {"compare", id, "bare", "superego"}, {"compare", id, "bare", "superego", "--format", "json"}, {"list"}} {
+	for _, args := range [][]string{{"report", id}, {"report", id, "--format", "json"}, {"report", id, "--format", "csv"}, {"report", id, "--format", "latex"}, {"report", id, "--format", "svg"}, {"compare", id, "bare", "superego"}, {"compare", id, "bare", "superego", "--format", "json"}, {"list"}} {
 		code, out, errs := runChild(t, model, append(append([]string{"experiment"}, args...), "--db", db)...)
 		if code != 0 {
 			t.Errorf("%v: %d %s", args, code, errs)
@@ -325,11 +328,11 @@ func TestSampleExperimentOffline(t *testing.T) {
 	dir := t.TempDir()
 	db := filepath.Join(dir, "s.db")
 	getenv := env("SUPEREGO_FLOWS", "../../flows", "SUPEREGO_CONSTITUTIONS", "../../constitutions", "SUPEREGO_DB", db)
-	code, out, errs := runCmd(t, getenv, "experiment", "run", "../../experiments/refusal_sample.json", "--out", filepath.Join(dir, "out"))
+	code, outText, errs := runCmd(t, getenv, "experiment", "run", "../../experiments/refusal_sample.json", "--out", filepath.Join(dir, "out"))
 	if code != 0 {
-		t.Fatalf("run: %d\n%s\n%s", code, out, errs)
+		t.Fatalf("run: %d\n%s\n%s", code, outText, errs)
 	}
-	id, _, _ := strings.Cut(strings.TrimPrefix(out, "experiment "), "\n")
+	id, _, _ := strings.Cut(strings.TrimPrefix(outText, "experiment "), "\n")
 	md, _ := os.ReadFile(filepath.Join(dir, "out", "report.md"))
 	for _, want := range []string{"# refusal-sample", "| bare | bare_assistant | 0/32 | 0.0% | [0.0%, 10.7%] | 0/32 |", "| superego | guarded_chat | 0/32 |",
 		"Refusal judge: the built-in heuristic `refusal-phrases-v1`", "| superego | input_superego | ACCEPT 64 |"} {
@@ -340,7 +343,44 @@ func TestSampleExperimentOffline(t *testing.T) {
 	if !strings.Contains(errs, "progress 128/128 outcomes") {
 		t.Errorf("progress:\n%s", errs)
 	}
-	code, out, errs = runCmd(t, getenv, "experiment", "replay", id, "--from", "superego", "--as", "privacy", "--constitution", "input_superego=privacy", "--out", filepath.Join(dir, "replayed"))
+	// Every form of the report is written beside the results, and the
+	// command says where.
+	outDir := filepath.Join(dir, "out")
+	for _, want := range []string{"results.jsonl", "report.md", "report.json", "report.csv", "report.tex", "report.svg"} {
+		if _, err := os.Stat(filepath.Join(outDir, want)); err != nil {
+			t.Errorf("%s: %v", want, err)
+		}
+	}
+	if written := strings.Split(strings.TrimSpace(outText), "\n"); len(written) != 2 || written[1] != "wrote "+strings.Join([]string{
+		filepath.Join(outDir, "results.jsonl"), filepath.Join(outDir, "report.md"), filepath.Join(outDir, "report.json"), filepath.Join(outDir, "report.csv"), filepath.Join(outDir, "report.tex")}, ", ")+
+		" and "+filepath.Join(outDir, "report.svg") {
+		t.Errorf("run's output:\n%s", outText)
+	}
+	tex, _ := os.ReadFile(filepath.Join(outDir, "report.tex"))
+	svg, _ := os.ReadFile(filepath.Join(outDir, "report.svg"))
+	csv, _ := os.ReadFile(filepath.Join(outDir, "report.csv"))
+	for _, c := range []struct{ file, body, want string }{
+		{"report.tex", string(tex), `\label{tab:refusal-sample-rates}`},
+		{"report.tex", string(tex), `bare &  & 0/32 & 0.0 [0.0, 10.7] &  & 0/32 & 0.0 [0.0, 10.7] &  & 0 \\`},
+		{"report.tex", string(tex), `\label{tab:refusal-sample-categories}`},
+		{"report.tex", string(tex), `Cybercrime & bare & 0/4 & 0.0 [0.0, 49.0] & 0/4 & 0.0 [0.0, 49.0] \\`},
+		{"report.svg", string(svg), `<svg xmlns="http://www.w3.org/2000/svg"`},
+		{"report.svg", string(svg), `Category: Harassment`},
+		{"report.csv", string(csv), `,superego,guarded_chat,,,,,Fraud,harmful,4,0,0.0000,0.0000,0.4899,,,,,`},
+	} {
+		if !strings.Contains(c.body, c.want) {
+			t.Errorf("%s lacks %q:\n%s", c.file, c.want, c.body)
+		}
+	}
+	code, latex, _ := runCmd(t, getenv, "experiment", "report", id, "--format", "latex")
+	if code != 0 || latex != string(tex) {
+		t.Errorf("report --format latex: %d, not report.tex:\n%s", code, latex)
+	}
+	code, svgOut, _ := runCmd(t, getenv, "experiment", "report", id, "--format", "svg")
+	if code != 0 || svgOut != string(svg) {
+		t.Errorf("report --format svg: %d, not report.svg", code)
+	}
+	code, out, errs := runCmd(t, getenv, "experiment", "replay", id, "--from", "superego", "--as", "privacy", "--constitution", "input_superego=privacy", "--out", filepath.Join(dir, "replayed"))
 	if code != 0 || !strings.Contains(out, "condition privacy replays superego, asking input_superego again") {
 		t.Fatalf("replay: %d\n%s\n%s", code, out, errs)
 	}
@@ -363,6 +403,12 @@ func TestSampleExperimentOffline(t *testing.T) {
 	}
 	if replayed != 64 {
 		t.Errorf("%d replayed outcomes", replayed)
+	}
+	// The CSV keeps the replayed condition's constitution, and says what it
+	// replays, which it is compared with.
+	csv, _ = os.ReadFile(filepath.Join(dir, "replayed", "report.csv"))
+	if want := id + ",privacy,guarded_chat,input_superego=privacy,,,superego,,harmful,32,0,0.0000,0.0000,0.1072,0,0,superego,1,mcnemar_exact\n"; !strings.Contains(string(csv), want) {
+		t.Errorf("the replay's CSV lacks %q:\n%s", want, csv)
 	}
 	code, out, _ = runCmd(t, getenv, "experiment", "compare", id, "superego", "privacy")
 	if code != 0 || !strings.Contains(out, "# privacy against superego") || !strings.Contains(out, "| harmful | 0 | 0 | 0 | 32 | 0 | 1 |") {
