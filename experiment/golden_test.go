@@ -1,0 +1,59 @@
+package experiment_test
+
+import (
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"superego/experiment"
+)
+
+var update = flag.Bool("update", false, "rewrite the golden files under testdata/")
+
+// goldenSet is twelve samples in three categories, each decided by the
+// fake as its input says (see script), for the README's LaTeX and plot.
+var goldenSet = func() string {
+	var out []string
+	for _, c := range []struct{ id, input, category string }{
+		{"h1", "IN:BLOCK", "fraud"}, {"h2", "STRICT:BLOCK", "fraud"}, {"h3", "OUT:BLOCK", "fraud"}, {"h4", "plain", "fraud"},
+		{"h5", "IN:BLOCK", "cybercrime"}, {"h6", "AGENT:REFUSE", "cybercrime"}, {"h7", "STRICT:BLOCK", "cybercrime"},
+		{"h8", "IN:BLOCK", "harassment"}, {"h9", "IN:BLOCK", "harassment"},
+		{"b1", "plain", "fraud"}, {"b2", "STRICT:BLOCK", "cybercrime"}, {"b3", "AGENT:REFUSE", "harassment"},
+	} {
+		label := map[bool]string{true: "harmful", false: "benign"}[c.id[0] == 'h']
+		out = append(out, fmt.Sprintf(`{"id": %q, "input": "%s: %s", "label": %q, "category": %q}`, c.id, c.id, c.input, label, c.category))
+	}
+	return "[" + strings.Join(out, ",") + "]"
+}()
+
+// The report's LaTeX and plot, byte for byte: the files the README shows
+// (go test ./experiment -run TestReportFilesGolden -update rewrites
+// them). Every number in them is one the other tests check by hand; this
+// one keeps their form.
+func TestReportFilesGolden(t *testing.T) {
+	r := newRig(t, rigOptions{cache: true})
+	id := r.run(t, `{"name": "worked example", "samples": `+goldenSet+`, "conditions": [{"name": "bare", "flow": "bare_assistant"},
+		{"name": "superego", "flow": "guarded_chat"}, {"name": "strict", "flow": "guarded_chat", "constitutions": {"input_superego": "strict"}}]}`, experiment.Options{})
+	rep := r.report(t, id)
+	rep.ExperimentID, rep.CreatedAt = "01900000-0000-7000-8000-000000000000", time.Date(2026, 11, 25, 12, 0, 0, 0, time.UTC)
+	for _, c := range []struct{ file, got string }{{"report.tex", rep.LaTeX()}, {"report.svg", rep.SVG()}} {
+		path := filepath.Join("testdata", c.file)
+		if *update {
+			if err := os.WriteFile(path, []byte(c.got), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			continue
+		}
+		want, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c.got != string(want) {
+			t.Errorf("%s differs from %s (-update rewrites it):\n%s", c.file, path, c.got)
+		}
+	}
+}
