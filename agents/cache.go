@@ -93,6 +93,7 @@ func (a *Agent) generate(ctx context.Context, t *flow.Task, m Model, msgs []llms
 		if b, err := json.Marshal(c); err == nil {
 			a.Cache.Keep(ctx, key, b) // a cache that fails costs a call next time, no more
 		}
+		a.flights.land(key, c)
 		return c, true, nil
 	})
 	if err == nil && !streamed {
@@ -103,6 +104,9 @@ func (a *Agent) generate(ctx context.Context, t *flow.Task, m Model, msgs []llms
 
 // cached is the cache's reply to the call key, if it has one that reads.
 func (a *Agent) cached(ctx context.Context, key string) (cachedReply, bool) {
+	if c, ok := a.flights.landed(key); ok {
+		return c, true
+	}
 	b, ok, err := a.Cache.Reply(ctx, key)
 	if err != nil || !ok {
 		return cachedReply{}, false
@@ -158,6 +162,43 @@ type flights struct {
 	group   singleflight.Group
 	mu      sync.Mutex
 	waiting map[string]*flight // by key, while any task waits on it
+	// recent are the replies of the last calls made, for the moment
+	// between a flight's end and its reply's being in the cache: a store
+	// may keep it a commit later (SQLite queues it), and a task that asks
+	// then would make the call again. Oldest first, at most maxRecent.
+	recent     map[string]cachedReply
+	recentKeys []string
+}
+
+// maxRecent bounds flights.recent: a reply stays there while as many other
+// calls end, far longer than a commit takes at any concurrency an
+// experiment allows (256).
+const maxRecent = 512
+
+// land keeps the reply of a call just made among the recent ones.
+func (fs *flights) land(key string, c cachedReply) {
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	if _, ok := fs.recent[key]; ok {
+		return
+	}
+	if fs.recent == nil {
+		fs.recent = map[string]cachedReply{}
+	}
+	if len(fs.recentKeys) == maxRecent {
+		delete(fs.recent, fs.recentKeys[0])
+		fs.recentKeys = append(fs.recentKeys[:0], fs.recentKeys[1:]...)
+	}
+	fs.recent[key] = c
+	fs.recentKeys = append(fs.recentKeys, key)
+}
+
+// landed is the reply of a call made recently.
+func (fs *flights) landed(key string) (cachedReply, bool) {
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	c, ok := fs.recent[key]
+	return c, ok
 }
 
 // flight is what the tasks waiting on one call share.

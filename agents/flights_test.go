@@ -3,6 +3,7 @@ package agents
 import (
 	"context"
 	"errors"
+	"fmt"
 	"runtime"
 	"strings"
 	"sync"
@@ -190,5 +191,38 @@ func TestSharedCallOutlivesItsFirstTask(t *testing.T) {
 	close(release)
 	if r, streamed, made, err := fs.share(context.Background(), "k", nil, do); err != nil || r.Text != "reply" || !streamed || !made {
 		t.Errorf("a flight after one cancelled: %+v %v %v %v", r, streamed, made, err)
+	}
+}
+
+// lateCache keeps nothing it is given until it is told to: a store that
+// queues its writes (SQLite) has a reply a commit after the call ended.
+type lateCache struct{ mapCache }
+
+func (c *lateCache) Keep(context.Context, string, []byte) error { return nil }
+
+// A call made a moment ago, whose reply the cache does not have yet, is
+// not made again: the reply is kept in memory for that moment.
+func TestCallJustMadeIsNotMadeAgain(t *testing.T) {
+	fake := agentstest.OpenAI(t, func(agentstest.Request) agentstest.Answer { return agentstest.Reply("", "COMPLETE", "", "Answered.") })
+	p := &Providers{Default: "openai:fake", OpenAIKey: "k", OpenAIBaseURL: fake.URL + "/v1"}
+	agent := &Agent{Model: p.Model, Cache: &lateCache{}}
+	d, err := flow.Parse([]byte(`{"name": "one", "graph": {"start": "assistant", "nodes": {"assistant": {"type": "inner_agent", "agent_id": "assistant",
+		"system_prompt": "Answer.", "transitions": {"COMPLETE": null}}}}}`), flow.Catalog{Providers: ProviderNames})
+	if err != nil {
+		t.Fatal(err)
+	}
+	task := func(scope string) *flow.Task {
+		return &flow.Task{FlowID: "one", Node: d.Graph.Nodes["assistant"], StepID: "1", UserMessage: "Q", Input: "Q", Decisions: []string{"COMPLETE"}, Cache: scope}
+	}
+	var cached []bool
+	for _, scope := range []string{"repeat:0", "repeat:0", "repeat:1"} {
+		reply, err := agent.Act(context.Background(), task(scope), func(flow.Event) {})
+		if err != nil || reply.Response != "Answered." {
+			t.Fatalf("%v %q", err, reply.Response)
+		}
+		cached = append(cached, reply.Cached)
+	}
+	if n := len(fake.Requests()); n != 2 || fmt.Sprint(cached) != "[false true false]" {
+		t.Errorf("%d requests, cached %v; want 2, the same call again served", n, cached)
 	}
 }

@@ -372,6 +372,16 @@ func TestSampleExperimentOffline(t *testing.T) {
 			t.Errorf("%s lacks %q:\n%s", c.file, c.want, c.body)
 		}
 	}
+	// At concurrency 8, on SQLite, each call bare_assistant and
+	// guarded_chat make alike (the assistant's, 64) is made once: 64 calls
+	// of bare's assistant, 64 of each superego; guarded's assistant is
+	// served, in flight or from the cache.
+	var rep struct {
+		Calls struct{ Made, Cached int }
+	}
+	if b, _ := os.ReadFile(filepath.Join(outDir, "report.json")); json.Unmarshal(b, &rep) != nil || rep.Calls.Made != 192 || rep.Calls.Cached != 64 {
+		t.Errorf("calls: %+v, want 192 made and 64 cached", rep.Calls)
+	}
 	code, latex, _ := runCmd(t, getenv, "experiment", "report", id, "--format", "latex")
 	if code != 0 || latex != string(tex) {
 		t.Errorf("report --format latex: %d, not report.tex:\n%s", code, latex)
