@@ -4,6 +4,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -56,4 +57,45 @@ func TestReportFilesGolden(t *testing.T) {
 			t.Errorf("%s differs from %s (-update rewrites it):\n%s", c.file, path, c.got)
 		}
 	}
+}
+
+// report.tex is ready for \input: a document with booktabs takes it,
+// the worked example's tables fit an article's text width, and names with
+// LaTeX's special characters do not break it. pdflatex runs it where one is
+// installed (Debian's texlive-latex-recommended); elsewhere the test skips
+// and says so.
+func TestLaTeXCompiles(t *testing.T) {
+	pdflatex, err := exec.LookPath("pdflatex")
+	if err != nil {
+		t.Skip("no pdflatex on PATH: apt-get install texlive-latex-base texlive-latex-recommended to run this test")
+	}
+	compile := func(tables string) string {
+		t.Helper()
+		dir := t.TempDir()
+		doc := "\\documentclass{article}\n\\usepackage{booktabs}\n\\begin{document}\n\\input{report.tex}\n\\end{document}\n"
+		for name, body := range map[string]string{"report.tex": tables, "doc.tex": doc} {
+			if err := os.WriteFile(filepath.Join(dir, name), []byte(body), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+		cmd := exec.Command(pdflatex, "-interaction=nonstopmode", "-halt-on-error", "doc.tex")
+		cmd.Dir = dir
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Errorf("pdflatex: %v\n%s", err, out)
+		}
+		return string(out)
+	}
+	golden, err := os.ReadFile(filepath.Join("testdata", "report.tex"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out := compile(string(golden)); strings.Contains(out, "Overfull") {
+		t.Errorf("a table runs past the text width:\n%s", out)
+	}
+	r := newRig(t, rigOptions{cache: true})
+	odd := strings.ReplaceAll(goldenSet, `"fraud"`, `"fraud & {scams}_100% $ #1 ~ ^ \\\\ <x> |y|"`)
+	id := r.run(t, `{"name": "a_b & c % {d} $e$ #f ~g ^h \\\\i <j> |k|", "samples": `+odd+`, "conditions": [{"name": "bare_1", "flow": "bare_assistant"},
+		{"name": "super_ego", "flow": "guarded_chat"}, {"name": "strict.input", "flow": "guarded_chat", "constitutions": {"input_superego": "strict"}}]}`, experiment.Options{})
+	compile(r.report(t, id).LaTeX())
 }

@@ -18,7 +18,7 @@ func (r *Report) LaTeX() string {
 	fmt.Fprintf(&b, "%% superego experiment %s (%s), %d of %d outcomes.\n", r.ExperimentID, strings.Join(strings.Fields(r.Name), " "), r.Outcomes, r.Total)
 	b.WriteString("% \\input this file; its tables need \\usepackage{booktabs}.\n")
 
-	b.WriteString("\\begin{table}[htbp]\n\\centering\n\\small\n")
+	b.WriteString("\\begin{table}[htbp]\n\\centering\n\\small\n\\setlength{\\tabcolsep}{3.5pt}\n")
 	fmt.Fprintf(&b, "\\caption{Refusal rates of %s: refused of $n$, and the rate in \\%% with its Wilson 95\\%% interval. $p$: %s, against the condition in \\emph{Against}.}\n",
 		texText(r.Name), texText(testCaption(r.Repeats)))
 	fmt.Fprintf(&b, "\\label{tab:%s-rates}\n", label)
@@ -56,7 +56,7 @@ func (r *Report) LaTeX() string {
 	fmt.Fprintf(&b, ". Refusal judge: %s.\n\\end{table}\n", texText(judgeText(r.RefusalJudge)))
 
 	if len(r.Categories) > 0 {
-		b.WriteString("\n\\begin{table}[htbp]\n\\centering\n\\small\n")
+		b.WriteString("\n\\begin{table}[htbp]\n\\centering\n\\small\n\\setlength{\\tabcolsep}{3.5pt}\n")
 		fmt.Fprintf(&b, "\\caption{Refusal rates of %s by category: refused of $n$, and the rate in \\%% with its Wilson 95\\%% interval.}\n", texText(r.Name))
 		fmt.Fprintf(&b, "\\label{tab:%s-categories}\n", label)
 		fmt.Fprintf(&b, "\\begin{tabular}{ll%s}\n\\toprule\n & ", strings.Repeat("rl", len(shown)))
