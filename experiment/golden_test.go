@@ -1,8 +1,10 @@
 package experiment_test
 
 import (
+	"encoding/xml"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -57,6 +59,16 @@ func TestReportFilesGolden(t *testing.T) {
 			t.Errorf("%s differs from %s (-update rewrites it):\n%s", c.file, path, c.got)
 		}
 	}
+	// The README shows the first table as it is, and the plot.
+	readme, err := os.ReadFile(filepath.Join("..", "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tex := rep.LaTeX()
+	table := tex[strings.Index(tex, "\\begin{table}"):strings.Index(tex, "\\end{tabular}")]
+	if !strings.Contains(string(readme), table) || !strings.Contains(string(readme), "](experiment/testdata/report.svg)") {
+		t.Errorf("the README does not show report.tex's first table as it is, or the plot:\n%s", table)
+	}
 }
 
 // report.tex is ready for \input: a document with booktabs takes it,
@@ -98,4 +110,42 @@ func TestLaTeXCompiles(t *testing.T) {
 	id := r.run(t, `{"name": "a_b & c % {d} $e$ #f ~g ^h \\\\i <j> |k|", "samples": `+odd+`, "conditions": [{"name": "bare_1", "flow": "bare_assistant"},
 		{"name": "super_ego", "flow": "guarded_chat"}, {"name": "strict.input", "flow": "guarded_chat", "constitutions": {"input_superego": "strict"}}]}`, experiment.Options{})
 	compile(r.report(t, id).LaTeX())
+}
+
+// The plot is well-formed XML whatever the names in it, and a name is
+// text, never markup: the page shows the plot from the server's origin.
+func TestPlotEscapesNames(t *testing.T) {
+	r := newRig(t, rigOptions{cache: true})
+	set := strings.ReplaceAll(goldenSet, `"fraud"`, `"</text><script>alert(1)</script> & \"q\""`)
+	id := r.run(t, `{"name": "<svg onload=alert(1)> & co", "samples": `+set+`, "conditions": [{"name": "bare", "flow": "bare_assistant"}]}`, experiment.Options{})
+	svg := r.report(t, id).SVG()
+	d := xml.NewDecoder(strings.NewReader(svg))
+	var texts strings.Builder
+	for {
+		tok, err := d.Token()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatalf("report.svg is not well-formed: %v\n%s", err, svg)
+		}
+		switch tok := tok.(type) {
+		case xml.StartElement:
+			if tok.Name.Local == "script" || tok.Name.Local == "svg" && len(texts.String()) > 0 {
+				t.Errorf("report.svg has a <%s> element from a name", tok.Name.Local)
+			}
+			for _, a := range tok.Attr {
+				if strings.HasPrefix(a.Name.Local, "on") {
+					t.Errorf("report.svg has an %s attribute", a.Name.Local)
+				}
+			}
+		case xml.CharData:
+			texts.Write(tok)
+		}
+	}
+	for _, want := range []string{"<svg onload=alert(1)> & co", `Category: </text><script>alert(1)</script> & "q"`} {
+		if !strings.Contains(texts.String(), want) {
+			t.Errorf("report.svg's text lacks %q", want)
+		}
+	}
 }
