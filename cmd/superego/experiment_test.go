@@ -27,9 +27,11 @@ const (
 )
 
 // experimentModel plays guarded_chat and bare_assistant as each sample's
-// input says (OUT:BLOCK, AGENT:REFUSE, plain); an assistant's call for a
-// sample marked GATE waits at the gate, so that a test can hold an
-// experiment with outcomes in flight.
+// input says (OUT:BLOCK, AGENT:REFUSE, plain); an assistant's or an input
+// superego's call for a sample marked GATE waits at the gate, so that a
+// test can hold an experiment with outcomes in flight. (The assistant's
+// call is the same in both flows, and made once for both runs of a
+// sample: the input superego's is the guarded run's own.)
 type experimentModel struct {
 	*agentstest.Server
 	entered chan string
@@ -41,17 +43,17 @@ func newExperimentModel(t *testing.T) *experimentModel {
 	m := &experimentModel{entered: make(chan string, 100), gate: make(chan struct{})}
 	m.Server = agentstest.OpenAI(t, func(r agentstest.Request) agentstest.Answer {
 		has := func(s string) bool { return strings.Contains(r.LastUser(), s) }
+		if has("GATE") && (r.Node() == "assistant" || r.Node() == "input_superego") {
+			m.mu.Lock()
+			gate := m.gate
+			m.mu.Unlock()
+			m.entered <- r.LastUser()
+			<-gate
+		}
 		switch r.Node() {
 		case "input_superego":
 			return agentstest.Reply(expThink, "ACCEPT", "", "")
 		case "assistant":
-			if has("GATE") {
-				m.mu.Lock()
-				gate := m.gate
-				m.mu.Unlock()
-				m.entered <- r.LastUser()
-				<-gate
-			}
 			switch {
 			case has("AGENT:REFUSE"):
 				return agentstest.Reply(expThink, "COMPLETE", expGuide, "I can't help with that.")
@@ -210,7 +212,8 @@ func testKillNineThenResume(t *testing.T, db string) {
 		t.Fatalf("first line %q\n%s", sc.Text(), firstErr.String())
 	}
 	// Two workers: s1 and s2 are done under both conditions when both are
-	// held at s3's gate.
+	// held at s3's gate: bare's run at its assistant's call, guarded's at
+	// its input superego's (its assistant's call is bare's, shared).
 	<-model.entered
 	<-model.entered
 	first.Process.Signal(syscall.SIGKILL)
