@@ -96,7 +96,10 @@ func (a *Agent) generate(ctx context.Context, t *flow.Task, m Model, msgs []llms
 		a.flights.land(key, c)
 		return c, true, nil
 	})
-	if err == nil && !streamed {
+	if err != nil {
+		return cachedReply{}, false, err
+	}
+	if !streamed {
 		err = replayStream(ctx, o.StreamingFunc, reply)
 	}
 	return reply, !made, err
