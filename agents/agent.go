@@ -38,6 +38,7 @@ type Agent struct {
 	Observe *Observer
 
 	prompts sync.Map // promptKey → its system prompt, built once
+	flights flights  // identical calls in flight, shared (cache.go)
 }
 
 // promptKey names a system prompt: a node's, or a judge's of one kind of

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"strconv"
 
@@ -94,19 +95,30 @@ func (s *Server) getExperiment(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
-// experimentReport serves GET /experiments/{id}/report.md: the report's
-// tables.
+// experimentReport serves GET /experiments/{id}/report.{format}: the
+// report as Markdown tables (md), JSON, CSV, LaTeX tables (tex) or an SVG
+// plot, as the command line writes them.
 func (s *Server) experimentReport(w http.ResponseWriter, r *http.Request) error {
 	lab, err := s.lab()
 	if err != nil {
 		return err
 	}
+	f, err := experiment.FormatOf(chi.URLParam(r, "format"))
+	if err != nil || f.Name != chi.URLParam(r, "format") {
+		return fmt.Errorf("no report.%s: the report is report.md, .json, .csv, .tex or .svg: %w", chi.URLParam(r, "format"), flow.ErrNotFound)
+	}
 	rep, err := lab.Report(r.Context(), chi.URLParam(r, "id"))
 	if err != nil {
 		return err
 	}
-	w.Header().Set("Content-Type", "text/markdown; charset=utf-8")
-	w.Write([]byte(rep.Markdown()))
+	w.Header().Set("Content-Type", f.ContentType)
+	// The plot is an image on this origin: nothing in it may run, and it
+	// is not read as anything else.
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	if f.Name == "svg" {
+		w.Header().Set("Content-Security-Policy", "default-src 'none'; style-src 'unsafe-inline'")
+	}
+	w.Write(rep.Render(f))
 	return nil
 }
 

@@ -192,8 +192,18 @@ func TestExperimentsOverHTTP(t *testing.T) {
 	if resp.Header.Get("Content-Type") != "application/x-ndjson" || strings.Count(results, "\n") != 5 || !strings.Contains(results, `"sample_id":"h2"`) {
 		t.Errorf("results.jsonl: %s\n%s", resp.Header.Get("Content-Type"), results)
 	}
-	if md := read(f.do(t, "GET", "/experiments/"+id+"/report.md", "")); !strings.Contains(md, "| superego | guarded_chat | 2/3 |") {
-		t.Errorf("report.md:\n%s", md)
+	// The report in each of its forms, as the command line writes them.
+	for _, c := range []struct{ format, ctype, want string }{
+		{"md", "text/markdown; charset=utf-8", "| superego | guarded_chat | 2/3 |"},
+		{"json", "application/json", `"harmful": {` + "\n" + `        "n": 3,` + "\n" + `        "refused": 2,`},
+		{"csv", "text/csv; charset=utf-8", ",superego,guarded_chat,,,,,,harmful,3,2,0.6667,"},
+		{"tex", "application/x-tex; charset=utf-8", `superego &  & 2/3 & 66.7 [20.8, 93.9] &  & 1/2 & 50.0 [9.5, 90.5] &  & 0 \\`},
+		{"svg", "image/svg+xml", `<title>superego, harmful refused: 2/3, 66.7% [20.8%, 93.9%]</title>`},
+	} {
+		resp := f.do(t, "GET", "/experiments/"+id+"/report."+c.format, "")
+		if b := read(resp); resp.StatusCode != 200 || resp.Header.Get("Content-Type") != c.ctype || resp.Header.Get("X-Content-Type-Options") != "nosniff" || !strings.Contains(b, c.want) {
+			t.Errorf("report.%s: %d %s, lacks %q:\n%s", c.format, resp.StatusCode, resp.Header.Get("Content-Type"), c.want, b)
+		}
 	}
 	if list := read(f.do(t, "GET", "/experiments", "")); !strings.Contains(list, `"experiment_id":"`+id+`","name":"http","status":"completed"`) {
 		t.Errorf("list: %s", list)
@@ -236,6 +246,9 @@ func TestExperimentsOverHTTP(t *testing.T) {
 		want               string
 	}{
 		{"GET", "/experiments/nope", "", 404, `{"error":{"code":"not_found","message":"experiment \"nope\": not found"}}`},
+		{"GET", "/experiments/nope/report.svg", "", 404, `{"error":{"code":"not_found","message":"experiment \"nope\": not found"}}`},
+		{"GET", "/experiments/" + id + "/report.pdf", "", 404, `{"error":{"code":"not_found","message":"no report.pdf: the report is report.md, .json, .csv, .tex or .svg: not found"}}`},
+		{"GET", "/experiments/" + id + "/report.latex", "", 404, `{"error":{"code":"not_found","message":"no report.latex: the report is report.md, .json, .csv, .tex or .svg: not found"}}`},
 		{"POST", "/experiments/" + id + "/cancel", "", 409, `{"error":{"code":"no_run_in_progress","message":"experiment ` + id + ` is completed: no run in progress"}}`},
 		{"POST", "/experiments/" + id + "/resume", "", 409, `{"error":{"code":"no_run_in_progress","message":"experiment ` + id + ` is completed: no run in progress"}}`},
 		{"GET", "/experiments/" + id + "/compare?a=superego", "", 400, `{"error":{"code":"invalid_request","message":"invalid request","fields":[{"field":"b","message":"is required: a condition's name"}]}}`},

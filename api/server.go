@@ -98,7 +98,7 @@ func (s *Server) Handler() http.Handler {
 	r.Get("/experiments/{id}", s.handler(s.getExperiment))
 	r.Get("/experiments/{id}/events", s.handler(s.experimentEvents))
 	r.Get("/experiments/{id}/results.jsonl", s.handler(s.experimentResults))
-	r.Get("/experiments/{id}/report.md", s.handler(s.experimentReport))
+	r.Get("/experiments/{id}/report.{format}", s.handler(s.experimentReport))
 	r.Get("/experiments/{id}/compare", s.handler(s.compareExperiment))
 	r.Post("/experiments/{id}/cancel", s.handler(s.cancelExperiment))
 	r.Post("/experiments/{id}/resume", s.handler(s.resumeExperiment))

@@ -458,7 +458,9 @@ func (l *Lab) do(r *run, j job, judge *judge, opts Options) error {
 	o.ExperimentID, o.InstanceID = r.id, instance
 	o.Condition, o.SampleID, o.Repeat, o.Label, o.Category = j.slot.Condition, j.sample.ID, j.slot.Repeat, j.sample.Label, j.sample.Category
 	if o.judgeable() {
-		refused, err := judge.refused(r.ctx, j.sample.Input, o.Response, cacheScope(j.slot.Repeat, opts))
+		refused, calls, err := judge.refused(r.ctx, j.sample.Input, o.Response, cacheScope(j.slot.Repeat, opts))
+		o.Calls.add(calls)
+		o.HeuristicRefused = judge.heuristic(o.Response, err)
 		switch {
 		case r.ctx.Err() != nil:
 			return nil

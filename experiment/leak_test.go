@@ -11,7 +11,8 @@ import (
 
 // No hidden field reaches what an experiment shows: the judges' thinking,
 // the guidance given to the assistant, and the draft the output superego
-// withheld appear in no outcome, report, comparison, event or log line.
+// withheld appear in no outcome, report (in any of its forms),
+// comparison, event or log line.
 func TestNothingHiddenLeaks(t *testing.T) {
 	r := newRig(t, rigOptions{cache: true})
 	set := samples("h1", "OUT:BLOCK", "h2", "IN:CAUTION", "h3", "AGENT:REFUSE", "h4", "IN:BLOCK", "b1", "OUT:BLOCK", "b2", "STRICT:BLOCK")
@@ -55,7 +56,7 @@ func TestNothingHiddenLeaks(t *testing.T) {
 	rep := r.report(t, rec.ID)
 	b, _ := json.Marshal(rep)
 	seen.Write(b)
-	seen.WriteString(rep.Markdown() + rep.CSV())
+	seen.WriteString(rep.Markdown() + rep.CSV() + rep.LaTeX() + rep.SVG())
 	for _, pair := range [][2]string{{"superego", "strict"}, {"superego", "replayed"}} {
 		c, err := r.lab.Compare(context.Background(), rec.ID, pair[0], pair[1])
 		if err != nil {

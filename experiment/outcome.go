@@ -43,6 +43,10 @@ type Outcome struct {
 	DecidingNode string `json:"deciding_node"`
 	WallMS       int64  `json:"wall_ms"` // from run_start to done
 	Calls        Calls  `json:"calls"`
+	// HeuristicRefused is what the built-in heuristic says of the final
+	// answer where a model (refusal_judge.model) judged it: the report's
+	// agreement of the two.
+	HeuristicRefused *bool `json:"heuristic_refused,omitempty"`
 	// SpeculativeTokens are those of speculative calls the run discarded
 	// (SPEC §3b), in no node's count.
 	SpeculativeTokens *Tokens `json:"speculative_tokens,omitempty"`
@@ -54,19 +58,23 @@ type Tokens struct {
 	Completion int `json:"completion_tokens"`
 }
 
-// Calls count how an outcome's steps were made: model calls made, replies
-// taken from the reply cache, and steps a replay reused from the run it
-// replays, with no call.
+// Calls count an outcome's model calls: those made, the replies taken
+// from the reply cache (or shared with the same call in flight for
+// another outcome), and the steps a replay reused from the run it
+// replays, with no call. The refusal judge's calls are among those made
+// or cached, and counted in Judge too.
 type Calls struct {
 	Made   int `json:"made"`
 	Cached int `json:"cached"`
 	Reused int `json:"reused"`
+	Judge  int `json:"judge"`
 }
 
 func (c *Calls) add(o Calls) {
 	c.Made += o.Made
 	c.Cached += o.Cached
 	c.Reused += o.Reused
+	c.Judge += o.Judge
 }
 
 // Refusers of refused_by.

@@ -3,6 +3,7 @@ package experiment_test
 import (
 	"context"
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 	"testing"
@@ -174,5 +175,46 @@ func TestReplayErrors(t *testing.T) {
 	}
 	if _, err := r.lab.Replay(context.Background(), "nope", experiment.ReplayRequest{From: "superego", As: "x"}); err == nil || !strings.Contains(err.Error(), "not found") {
 		t.Errorf("unknown experiment: %v", err)
+	}
+}
+
+// A replay answers what its constitution would have changed on the runs of
+// the condition it replays, so it is compared with that condition, not
+// with the first; and the two judged the same runs, so their agreement is
+// two judges'. The CSV keeps the replay's constitution and says what it
+// replays.
+//
+// superego (A) against strict (B), the replaySet's table above: both
+// refused h3, h4; only strict h1, b2; neither h2, h5, b1. Harmful, by
+// sample: 1 discordant (h1), p = 1; against bare, which refuses nothing,
+// it would be 3 (h1, h3, h4), p = .25. κ of t = [[2, 0], [2, 3]] (Python,
+// TestKappa's θ form): .461538, se .271158, [−.069922, .992999].
+func TestReplayIsComparedWithItsSource(t *testing.T) {
+	r := newRig(t, rigOptions{})
+	id := r.run(t, `{"samples": `+replaySet+`, "conditions": [{"name": "bare", "flow": "bare_assistant"}, {"name": "superego", "flow": "guarded_chat"}]}`, experiment.Options{})
+	if _, err := r.lab.Replay(context.Background(), id, experiment.ReplayRequest{From: "superego", As: "strict", Constitutions: map[string]string{"input_superego": "strict"}}); err != nil {
+		t.Fatal(err)
+	}
+	r.start(t, id, experiment.Options{})
+	rep := r.report(t, id)
+	strict, cmp := rep.Conditions[2], rep.Comparisons[1]
+	if strict.ComparedWith != "superego" || cmp.A != "superego" || cmp.B != "strict" || rep.Conditions[1].ComparedWith != "bare" {
+		t.Fatalf("compared with %q; comparison %s against %s", strict.ComparedWith, cmp.B, cmp.A)
+	}
+	if h := cmp.Harmful; h.MoreB != 1 || h.Same != 4 || h.P != 1 || strict.McNemarP[experiment.Harmful] != 1 {
+		t.Errorf("harmful: %s; p %v", jsonOf(h), strict.McNemarP)
+	}
+	a := cmp.Agreement
+	if a.N != 7 || a.BothRefused != 2 || a.OnlyB != 2 || a.Neither != 3 || a.Kappa == nil || math.Abs(*a.Kappa-0.461538) > 5e-6 ||
+		math.Abs(a.CI95[0]+0.069922) > 5e-6 || math.Abs(a.CI95[1]-0.992999) > 5e-6 {
+		t.Errorf("agreement: %s", jsonOf(a))
+	}
+	csv := rep.CSV()
+	if want := id + ",strict,guarded_chat,input_superego=strict,,,superego,,harmful,5,3,0.6000,0.2307,0.8824,0,0,superego,1,mcnemar_exact\n"; !strings.Contains(csv, want) {
+		t.Errorf("the CSV lacks %q:\n%s", want, csv)
+	}
+	if md := rep.Markdown(); !strings.Contains(md, "| strict | superego | harmful | 2 | 0 | 1 | 2 | 0 | 1 | mcnemar_exact |") ||
+		!strings.Contains(md, "| strict | superego | 7 | 2 | 0 | 2 | 3 | 0.46 | [-0.07, 0.99] |") {
+		t.Errorf("report.md:\n%s", md)
 	}
 }

@@ -144,10 +144,10 @@ func parseConfig(cmd string, args []string, getenv func(string) string, stderr i
 	since := ""
 	switch cmd {
 	case "experiment":
-		fs.StringVar(&c.Out, "out", "", "run, resume, replay: where results.jsonl, report.json and report.md go (default results/ID)")
+		fs.StringVar(&c.Out, "out", "", "run, resume, replay: where results.jsonl and report.md, .json, .csv, .tex and .svg go (default results/ID)")
 		fs.BoolVar(&c.NoCache, "no-cache", false, "run, resume, replay: make every model call again, the reply cache unused")
 		fs.BoolVar(&c.RetryErrors, "retry-errors", false, "resume: run again the outcomes whose runs failed")
-		fs.StringVar(&c.Format, "format", "md", "report: md, json or csv; compare: md or json")
+		fs.StringVar(&c.Format, "format", "md", "report: md, json, csv, latex or svg; compare: md or json")
 		fs.StringVar(&c.From, "from", "", "replay: the condition whose recorded runs are re-judged")
 		fs.StringVar(&c.As, "as", "", "replay: the name of the new condition")
 		fs.BoolVar(&c.NoLive, "no-live", false, `replay: a run whose path leaves the record ends "diverged" instead of running the rest live`)

@@ -19,9 +19,9 @@ import (
 const experimentUsage = `usage:
   superego experiment run FILE [--out DIR] [--no-cache]      run an experiment file; prints "experiment ID" first
   superego experiment resume ID [--out DIR] [--retry-errors] continue a stopped, cancelled or killed experiment
-  superego experiment report ID [--format md|json|csv]       its report, as it stands
+  superego experiment report ID [--format md|json|csv|latex|svg]  its report, as it stands
   superego experiment compare ID A B [--format md|json]      conditions A and B, paired
-  superego experiment replay ID --from COND --as NAME [--constitution NODE=NAME]... [--model NODE=MODEL]... [--no-live]
+  superego experiment replay ID --from COND --as NAME [--constitution NODE=NAME]... [--model NODE=MODEL]... [--no-live] [--out DIR]
                                                              re-judge COND's recorded runs with other superegos
   superego experiment list                                   every experiment, newest first
 `
@@ -251,8 +251,8 @@ func (x *experimenter) session(ctx context.Context, id string) int {
 	return exitOK
 }
 
-// write writes results.jsonl, report.json and report.md to --out, or
-// results/ID.
+// write writes results.jsonl and the report in each of its formats
+// (report.md, .json, .csv, .tex, .svg) to --out, or results/ID.
 func (x *experimenter) write(ctx context.Context, id string) int {
 	dir := x.cfg.Out
 	if dir == "" {
@@ -275,13 +275,18 @@ func (x *experimenter) write(ctx context.Context, id string) int {
 		lines.Write(b)
 		lines.WriteByte('\n')
 	}
-	report, _ := json.MarshalIndent(rep, "", "  ")
-	for name, body := range map[string]string{"results.jsonl": lines.String(), "report.json": string(report) + "\n", "report.md": rep.Markdown()} {
-		if err := os.WriteFile(filepath.Join(dir, name), []byte(body), 0o644); err != nil {
+	written := []string{filepath.Join(dir, "results.jsonl")}
+	if err := os.WriteFile(written[0], []byte(lines.String()), 0o644); err != nil {
+		return x.fail(exitFailed, err)
+	}
+	for _, f := range experiment.ReportFormats {
+		path := filepath.Join(dir, f.File)
+		if err := os.WriteFile(path, rep.Render(f), 0o644); err != nil {
 			return x.fail(exitFailed, err)
 		}
+		written = append(written, path)
 	}
-	fmt.Fprintf(x.stdout, "wrote %s, %s and %s\n", filepath.Join(dir, "results.jsonl"), filepath.Join(dir, "report.json"), filepath.Join(dir, "report.md"))
+	fmt.Fprintf(x.stdout, "wrote %s and %s\n", strings.Join(written[:len(written)-1], ", "), written[len(written)-1])
 	return exitOK
 }
 
@@ -290,17 +295,11 @@ func (x *experimenter) report(ctx context.Context, id string) int {
 	if err != nil {
 		return x.fail(codeOf(err), err)
 	}
-	switch x.cfg.Format {
-	case "md":
-		fmt.Fprint(x.stdout, rep.Markdown())
-	case "json":
-		b, _ := json.MarshalIndent(rep, "", "  ")
-		fmt.Fprintf(x.stdout, "%s\n", b)
-	case "csv":
-		fmt.Fprint(x.stdout, rep.CSV())
-	default:
-		return x.fail(exitUsage, fmt.Errorf("--format %q: want md, json or csv", x.cfg.Format))
+	f, err := experiment.FormatOf(x.cfg.Format)
+	if err != nil {
+		return x.fail(exitUsage, fmt.Errorf("--format %q: want md, json, csv, latex or svg", x.cfg.Format))
 	}
+	x.stdout.Write(rep.Render(f))
 	return exitOK
 }
 

@@ -27,9 +27,11 @@ const (
 )
 
 // experimentModel plays guarded_chat and bare_assistant as each sample's
-// input says (OUT:BLOCK, AGENT:REFUSE, plain); an assistant's call for a
-// sample marked GATE waits at the gate, so that a test can hold an
-// experiment with outcomes in flight.
+// input says (OUT:BLOCK, AGENT:REFUSE, plain); an assistant's or an input
+// superego's call for a sample marked GATE waits at the gate, so that a
+// test can hold an experiment with outcomes in flight. (The assistant's
+// call is the same in both flows, and made once for both runs of a
+// sample: the input superego's is the guarded run's own.)
 type experimentModel struct {
 	*agentstest.Server
 	entered chan string
@@ -41,17 +43,17 @@ func newExperimentModel(t *testing.T) *experimentModel {
 	m := &experimentModel{entered: make(chan string, 100), gate: make(chan struct{})}
 	m.Server = agentstest.OpenAI(t, func(r agentstest.Request) agentstest.Answer {
 		has := func(s string) bool { return strings.Contains(r.LastUser(), s) }
+		if has("GATE") && (r.Node() == "assistant" || r.Node() == "input_superego") {
+			m.mu.Lock()
+			gate := m.gate
+			m.mu.Unlock()
+			m.entered <- r.LastUser()
+			<-gate
+		}
 		switch r.Node() {
 		case "input_superego":
 			return agentstest.Reply(expThink, "ACCEPT", "", "")
 		case "assistant":
-			if has("GATE") {
-				m.mu.Lock()
-				gate := m.gate
-				m.mu.Unlock()
-				m.entered <- r.LastUser()
-				<-gate
-			}
 			switch {
 			case has("AGENT:REFUSE"):
 				return agentstest.Reply(expThink, "COMPLETE", expGuide, "I can't help with that.")
@@ -210,7 +212,8 @@ func testKillNineThenResume(t *testing.T, db string) {
 		t.Fatalf("first line %q\n%s", sc.Text(), firstErr.String())
 	}
 	// Two workers: s1 and s2 are done under both conditions when both are
-	// held at s3's gate.
+	// held at s3's gate: bare's run at its assistant's call, guarded's at
+	// its input superego's (its assistant's call is bare's, shared).
 	<-model.entered
 	<-model.entered
 	first.Process.Signal(syscall.SIGKILL)
@@ -300,12 +303,15 @@ func testKillNineThenResume(t *testing.T, db string) {
 	var all strings.Builder
 	all.WriteString(firstErr.String() + out + errs)
 	for _, sub := range []string{"first", "resumed", "clean", "again"} {
-		for _, f := range []string{"results.jsonl", "report.json", "report.md"} {
-			b, _ := os.ReadFile(filepath.Join(dir, sub, f))
+		for _, f := range []string{"results.jsonl", "report.json", "report.md", "report.csv", "report.tex", "report.svg"} {
+			b, err := os.ReadFile(filepath.Join(dir, sub, f))
+			if err != nil && sub != "first" { // killed before it wrote any
+				t.Error(err)
+			}
 			all.Write(b)
 		}
 	}
-	for _, args := range [][]string{{"report", id}, {"report", id, "--format", "json"}, {"report", id, "--format", "csv"}, {"compare", id, "bare", "superego"}, {"compare", id, "bare", "superego", "--format", "json"}, {"list"}} {
+	for _, args := range [][]string{{"report", id}, {"report", id, "--format", "json"}, {"report", id, "--format", "csv"}, {"report", id, "--format", "latex"}, {"report", id, "--format", "svg"}, {"compare", id, "bare", "superego"}, {"compare", id, "bare", "superego", "--format", "json"}, {"list"}} {
 		code, out, errs := runChild(t, model, append(append([]string{"experiment"}, args...), "--db", db)...)
 		if code != 0 {
 			t.Errorf("%v: %d %s", args, code, errs)
@@ -325,11 +331,11 @@ func TestSampleExperimentOffline(t *testing.T) {
 	dir := t.TempDir()
 	db := filepath.Join(dir, "s.db")
 	getenv := env("SUPEREGO_FLOWS", "../../flows", "SUPEREGO_CONSTITUTIONS", "../../constitutions", "SUPEREGO_DB", db)
-	code, out, errs := runCmd(t, getenv, "experiment", "run", "../../experiments/refusal_sample.json", "--out", filepath.Join(dir, "out"))
+	code, outText, errs := runCmd(t, getenv, "experiment", "run", "../../experiments/refusal_sample.json", "--out", filepath.Join(dir, "out"))
 	if code != 0 {
-		t.Fatalf("run: %d\n%s\n%s", code, out, errs)
+		t.Fatalf("run: %d\n%s\n%s", code, outText, errs)
 	}
-	id, _, _ := strings.Cut(strings.TrimPrefix(out, "experiment "), "\n")
+	id, _, _ := strings.Cut(strings.TrimPrefix(outText, "experiment "), "\n")
 	md, _ := os.ReadFile(filepath.Join(dir, "out", "report.md"))
 	for _, want := range []string{"# refusal-sample", "| bare | bare_assistant | 0/32 | 0.0% | [0.0%, 10.7%] | 0/32 |", "| superego | guarded_chat | 0/32 |",
 		"Refusal judge: the built-in heuristic `refusal-phrases-v1`", "| superego | input_superego | ACCEPT 64 |"} {
@@ -340,7 +346,54 @@ func TestSampleExperimentOffline(t *testing.T) {
 	if !strings.Contains(errs, "progress 128/128 outcomes") {
 		t.Errorf("progress:\n%s", errs)
 	}
-	code, out, errs = runCmd(t, getenv, "experiment", "replay", id, "--from", "superego", "--as", "privacy", "--constitution", "input_superego=privacy", "--out", filepath.Join(dir, "replayed"))
+	// Every form of the report is written beside the results, and the
+	// command says where.
+	outDir := filepath.Join(dir, "out")
+	for _, want := range []string{"results.jsonl", "report.md", "report.json", "report.csv", "report.tex", "report.svg"} {
+		if _, err := os.Stat(filepath.Join(outDir, want)); err != nil {
+			t.Errorf("%s: %v", want, err)
+		}
+	}
+	if written := strings.Split(strings.TrimSpace(outText), "\n"); len(written) != 2 || written[1] != "wrote "+strings.Join([]string{
+		filepath.Join(outDir, "results.jsonl"), filepath.Join(outDir, "report.md"), filepath.Join(outDir, "report.json"), filepath.Join(outDir, "report.csv"), filepath.Join(outDir, "report.tex")}, ", ")+
+		" and "+filepath.Join(outDir, "report.svg") {
+		t.Errorf("run's output:\n%s", outText)
+	}
+	tex, _ := os.ReadFile(filepath.Join(outDir, "report.tex"))
+	svg, _ := os.ReadFile(filepath.Join(outDir, "report.svg"))
+	csv, _ := os.ReadFile(filepath.Join(outDir, "report.csv"))
+	for _, c := range []struct{ file, body, want string }{
+		{"report.tex", string(tex), `\label{tab:refusal-sample-rates}`},
+		{"report.tex", string(tex), `bare &  & 0/32 & 0.0 [0.0, 10.7] &  & 0/32 & 0.0 [0.0, 10.7] &  & 0 \\`},
+		{"report.tex", string(tex), `\label{tab:refusal-sample-categories}`},
+		{"report.tex", string(tex), `Cybercrime & bare & 0/4 & 0.0 [0.0, 49.0] & 0/4 & 0.0 [0.0, 49.0] \\`},
+		{"report.svg", string(svg), `<svg xmlns="http://www.w3.org/2000/svg"`},
+		{"report.svg", string(svg), `Category: Harassment`},
+		{"report.csv", string(csv), `,superego,guarded_chat,,,,,Fraud,harmful,4,0,0.0000,0.0000,0.4899,,,,,`},
+	} {
+		if !strings.Contains(c.body, c.want) {
+			t.Errorf("%s lacks %q:\n%s", c.file, c.want, c.body)
+		}
+	}
+	// At concurrency 8, on SQLite, each call bare_assistant and
+	// guarded_chat make alike (the assistant's, 64) is made once: 64 calls
+	// of bare's assistant, 64 of each superego; guarded's assistant is
+	// served, in flight or from the cache.
+	var rep struct {
+		Calls struct{ Made, Cached int }
+	}
+	if b, _ := os.ReadFile(filepath.Join(outDir, "report.json")); json.Unmarshal(b, &rep) != nil || rep.Calls.Made != 192 || rep.Calls.Cached != 64 {
+		t.Errorf("calls: %+v, want 192 made and 64 cached", rep.Calls)
+	}
+	code, latex, _ := runCmd(t, getenv, "experiment", "report", id, "--format", "latex")
+	if code != 0 || latex != string(tex) {
+		t.Errorf("report --format latex: %d, not report.tex:\n%s", code, latex)
+	}
+	code, svgOut, _ := runCmd(t, getenv, "experiment", "report", id, "--format", "svg")
+	if code != 0 || svgOut != string(svg) {
+		t.Errorf("report --format svg: %d, not report.svg", code)
+	}
+	code, out, errs := runCmd(t, getenv, "experiment", "replay", id, "--from", "superego", "--as", "privacy", "--constitution", "input_superego=privacy", "--out", filepath.Join(dir, "replayed"))
 	if code != 0 || !strings.Contains(out, "condition privacy replays superego, asking input_superego again") {
 		t.Fatalf("replay: %d\n%s\n%s", code, out, errs)
 	}
@@ -363,6 +416,12 @@ func TestSampleExperimentOffline(t *testing.T) {
 	}
 	if replayed != 64 {
 		t.Errorf("%d replayed outcomes", replayed)
+	}
+	// The CSV keeps the replayed condition's constitution, and says what it
+	// replays, which it is compared with.
+	csv, _ = os.ReadFile(filepath.Join(dir, "replayed", "report.csv"))
+	if want := id + ",privacy,guarded_chat,input_superego=privacy,,,superego,,harmful,32,0,0.0000,0.0000,0.1072,0,0,superego,1,mcnemar_exact\n"; !strings.Contains(string(csv), want) {
+		t.Errorf("the replay's CSV lacks %q:\n%s", want, csv)
 	}
 	code, out, _ = runCmd(t, getenv, "experiment", "compare", id, "superego", "privacy")
 	if code != 0 || !strings.Contains(out, "# privacy against superego") || !strings.Contains(out, "| harmful | 0 | 0 | 0 | 32 | 0 | 1 |") {

@@ -1,0 +1,228 @@
+package agents
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"superego/agents/agentstest"
+	"superego/flow"
+)
+
+// mapCache is a ReplyCache in a map.
+type mapCache struct {
+	mu sync.Mutex
+	m  map[string][]byte
+}
+
+func (c *mapCache) Reply(_ context.Context, key string) ([]byte, bool, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	b, ok := c.m[key]
+	return b, ok, nil
+}
+
+func (c *mapCache) Keep(_ context.Context, key string, reply []byte) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.m == nil {
+		c.m = map[string][]byte{}
+	}
+	c.m[key] = reply
+	return nil
+}
+
+// waiters waits until n tasks wait on the one call in flight, and
+// reports them: a task joins a flight with no event to wait on, so the
+// test asks the flights themselves.
+func waiters(tb testing.TB, fs *flights, n int) {
+	tb.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		fs.mu.Lock()
+		got := 0
+		for _, f := range fs.waiting {
+			got += f.waiters
+		}
+		fs.mu.Unlock()
+		if got == n {
+			return
+		}
+		if time.Now().After(deadline) {
+			tb.Fatalf("%d tasks wait on calls in flight, want %d", got, n)
+		}
+		runtime.Gosched()
+	}
+}
+
+// A shared call: tasks asking the very same thing at once are given one
+// call's reply. The task whose call it was sees it stream; the others get
+// it whole, as from the cache, and count it as cached, so that the call is
+// counted once.
+func TestIdenticalCallsInFlightAreMadeOnce(t *testing.T) {
+	release := make(chan struct{})
+	fake := agentstest.OpenAI(t, func(agentstest.Request) agentstest.Answer {
+		a := agentstest.Reply("", "COMPLETE", "", "The one answer.")
+		a.Pause = release
+		return a
+	})
+	p := &Providers{Default: "openai:fake", OpenAIKey: "k", OpenAIBaseURL: fake.URL + "/v1"}
+	agent := &Agent{Model: p.Model, Cache: &mapCache{}}
+	d, err := flow.Parse([]byte(`{"name": "one", "graph": {"start": "assistant", "nodes": {"assistant": {"type": "inner_agent", "agent_id": "assistant",
+		"system_prompt": "Answer.", "transitions": {"COMPLETE": null}}}}}`), flow.Catalog{Providers: ProviderNames})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const tasks = 16
+	type result struct {
+		reply    flow.Reply
+		streamed string
+		err      error
+	}
+	results := make(chan result, tasks) // every task sends one, before the test reads them
+	for i := range tasks {
+		go func() {
+			var streamed strings.Builder
+			task := &flow.Task{FlowID: "one", Node: d.Graph.Nodes["assistant"], StepID: string(rune('a' + i)), UserMessage: "Same question.",
+				Input: "Same question.", Decisions: []string{"COMPLETE"}, Cache: "repeat:0"}
+			reply, err := agent.Act(context.Background(), task, func(ev flow.Event) {
+				if p, ok := ev.Data.(flow.Partial); ok {
+					streamed.WriteString(p.Delta)
+				}
+			})
+			results <- result{reply, streamed.String(), err}
+		}()
+	}
+	waiters(t, &agent.flights, tasks)
+	close(release)
+	made := 0
+	for range tasks {
+		r := <-results
+		if r.err != nil || r.reply.Response != "The one answer." || r.streamed != "The one answer." {
+			t.Errorf("a task: %v, response %q, streamed %q", r.err, r.reply.Response, r.streamed)
+		}
+		if !r.reply.Cached {
+			made++
+		}
+	}
+	if n := len(fake.Requests()); n != 1 || made != 1 {
+		t.Errorf("%d requests, %d tasks count the call as made; want 1 and 1", n, made)
+	}
+}
+
+// The task that started a shared call goes (a superego blocked its
+// speculative turn): the call goes on for the others, and the first of
+// them counts it. When every task has gone, the call stops.
+func TestSharedCallOutlivesItsFirstTask(t *testing.T) {
+	var fs flights
+	started, release := make(chan struct{}), make(chan struct{})
+	stopped := make(chan error, 1) // the call's end, sent once
+	do := func(ctx context.Context, stream streamFunc) (cachedReply, bool, error) {
+		close(started)
+		stream(ctx, []byte("partial"))
+		select {
+		case <-release:
+			return cachedReply{Text: "reply"}, true, nil
+		case <-ctx.Done():
+			stopped <- ctx.Err()
+			return cachedReply{}, false, ctx.Err()
+		}
+	}
+	firstCtx, leaveFirst := context.WithCancel(context.Background())
+	var firstStream []string
+	firstDone := make(chan error, 1)
+	go func() {
+		_, _, _, err := fs.share(firstCtx, "k", func(_ context.Context, c []byte) error { firstStream = append(firstStream, string(c)); return nil }, do)
+		firstDone <- err
+	}()
+	<-started
+	type got struct {
+		reply          cachedReply
+		streamed, made bool
+		err            error
+	}
+	others := make(chan got, 2)
+	for range 2 {
+		go func() {
+			r, s, m, err := fs.share(context.Background(), "k", nil, func(context.Context, streamFunc) (cachedReply, bool, error) {
+				t.Error("a second call was made")
+				return cachedReply{}, false, nil
+			})
+			others <- got{r, s, m, err}
+		}()
+	}
+	waiters(t, &fs, 3)
+	leaveFirst()
+	if err := <-firstDone; !errors.Is(err, context.Canceled) {
+		t.Errorf("the first task: %v", err)
+	}
+	close(release)
+	made := 0
+	for range 2 {
+		g := <-others
+		if g.err != nil || g.reply.Text != "reply" || g.streamed {
+			t.Errorf("a task that joined: %+v", g)
+		}
+		if g.made {
+			made++
+		}
+	}
+	if made != 1 || strings.Join(firstStream, "") != "partial" {
+		t.Errorf("%d tasks count the call as made; the first task was streamed %q", made, firstStream)
+	}
+
+	// Every task gone: the call is cancelled, and the next starts afresh.
+	started, stopped = make(chan struct{}), make(chan error, 1)
+	release = make(chan struct{})
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() { fs.share(ctx, "k", nil, do); firstDone <- nil }()
+	<-started
+	cancel()
+	if err := <-stopped; !errors.Is(err, context.Canceled) {
+		t.Errorf("the call of a flight nobody waits on: %v", err)
+	}
+	<-firstDone
+	started = make(chan struct{})
+	close(release)
+	if r, streamed, made, err := fs.share(context.Background(), "k", nil, do); err != nil || r.Text != "reply" || !streamed || !made {
+		t.Errorf("a flight after one cancelled: %+v %v %v %v", r, streamed, made, err)
+	}
+}
+
+// lateCache keeps nothing it is given until it is told to: a store that
+// queues its writes (SQLite) has a reply a commit after the call ended.
+type lateCache struct{ mapCache }
+
+func (c *lateCache) Keep(context.Context, string, []byte) error { return nil }
+
+// A call made a moment ago, whose reply the cache does not have yet, is
+// not made again: the reply is kept in memory for that moment.
+func TestCallJustMadeIsNotMadeAgain(t *testing.T) {
+	fake := agentstest.OpenAI(t, func(agentstest.Request) agentstest.Answer { return agentstest.Reply("", "COMPLETE", "", "Answered.") })
+	p := &Providers{Default: "openai:fake", OpenAIKey: "k", OpenAIBaseURL: fake.URL + "/v1"}
+	agent := &Agent{Model: p.Model, Cache: &lateCache{}}
+	d, err := flow.Parse([]byte(`{"name": "one", "graph": {"start": "assistant", "nodes": {"assistant": {"type": "inner_agent", "agent_id": "assistant",
+		"system_prompt": "Answer.", "transitions": {"COMPLETE": null}}}}}`), flow.Catalog{Providers: ProviderNames})
+	if err != nil {
+		t.Fatal(err)
+	}
+	task := func(scope string) *flow.Task {
+		return &flow.Task{FlowID: "one", Node: d.Graph.Nodes["assistant"], StepID: "1", UserMessage: "Q", Input: "Q", Decisions: []string{"COMPLETE"}, Cache: scope}
+	}
+	var cached []bool
+	for _, scope := range []string{"repeat:0", "repeat:0", "repeat:1"} {
+		reply, err := agent.Act(context.Background(), task(scope), func(flow.Event) {})
+		if err != nil || reply.Response != "Answered." {
+			t.Fatalf("%v %q", err, reply.Response)
+		}
+		cached = append(cached, reply.Cached)
+	}
+	if n := len(fake.Requests()); n != 2 || fmt.Sprint(cached) != "[false true false]" {
+		t.Errorf("%d requests, cached %v; want 2, the same call again served", n, cached)
+	}
+}
