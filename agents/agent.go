@@ -105,6 +105,9 @@ func (a *Agent) Act(ctx context.Context, t *flow.Task, emit func(flow.Event)) (f
 	if len(offered) > 0 {
 		opts = append(opts, llms.WithTools(offered))
 	}
+	if choice := toolChoice(t); choice != nil {
+		opts = append(opts, llms.WithToolChoice(choice))
+	}
 
 	callCtx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
@@ -233,8 +236,36 @@ func (a *Agent) offer(t *flow.Task) *offered {
 			o.session = supervision.NewSession(sup, a.catalog(sup.Tools))
 		}
 	}
+	if c := t.Client; c != nil {
+		for _, ct := range c.Tools {
+			var params map[string]any
+			json.Unmarshal(ct.Parameters, &params) // the API checked it is an object, or left it out
+			if params == nil {
+				params = map[string]any{"type": "object", "properties": map[string]any{}}
+			}
+			list = append(list, tools.Tool{Name: ct.Name, Description: ct.Description, Parameters: params, Client: true})
+		}
+	}
 	o.tools = list
 	return o
+}
+
+// toolChoice is the client's tool_choice for the task's model call, if it
+// has one: not once every call of the model's last reply was refused, when
+// the model is asked again with the choice left to it (SPEC §4a).
+func toolChoice(t *flow.Task) any {
+	if t.Client == nil || len(t.Client.Choice) == 0 || string(t.Client.Choice) == "null" {
+		return nil
+	}
+	if n := len(t.ToolRounds); n > 0 {
+		last := t.ToolRounds[n-1].ToolUsage
+		if len(last) > 0 && !slices.ContainsFunc(last, func(u flow.ToolUse) bool { return !u.Refused }) {
+			return "auto"
+		}
+	}
+	var choice any
+	json.Unmarshal(t.Client.Choice, &choice)
+	return choice
 }
 
 // resolve finds the tools names name: a built-in tool by its name, an MCP
@@ -344,7 +375,13 @@ func (a *Agent) prepare(t *flow.Task, o *offered, c llms.ToolCall, i int, timeou
 	if !json.Valid([]byte(args)) && strings.TrimSpace(args) != "" {
 		return use, inert, answer("the arguments are not valid JSON")
 	}
-	info := flow.ToolInfo{Description: tool.Description, ReadOnly: tool.ReadOnly, ClosedWorld: tool.ClosedWorld}
+	info := flow.ToolInfo{Description: tool.Description, ReadOnly: tool.ReadOnly, ClosedWorld: tool.ClosedWorld, Client: tool.Client}
+	if tool.Client {
+		if !strings.HasPrefix(use.ID, "call_") || len(use.ID) != len("call_")+32 {
+			use.ID = "call_" + flow.NewCallID() // the id the client answers with: it names this call only
+		}
+		return use, info, nil // the client runs it
+	}
 	return use, info, func(ctx context.Context) (r flow.Result) {
 		toolCtx, cancel := context.WithTimeout(ctx, timeout)
 		defer cancel()

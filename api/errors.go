@@ -36,6 +36,7 @@ var statusOf = []struct {
 	{flow.ErrBusy, http.StatusConflict, "run_in_progress"},
 	{flow.ErrIdle, http.StatusConflict, "no_run_in_progress"},
 	{flow.ErrNoReview, http.StatusConflict, "not_awaiting_review"},
+	{flow.ErrNoWait, http.StatusConflict, "not_awaiting_tool_result"},
 	{flow.ErrTooMany, http.StatusTooManyRequests, "too_many_runs"},
 	{flow.ErrClosed, http.StatusServiceUnavailable, "shutting_down"},
 }

@@ -2,7 +2,9 @@ package api
 
 import (
 	"bytes"
+	"crypto/sha256"
 	"crypto/subtle"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -11,6 +13,7 @@ import (
 	"mime"
 	"net"
 	"net/http"
+	"regexp"
 	"slices"
 	"strings"
 	"time"
@@ -162,10 +165,16 @@ func (s *Server) listModels(w http.ResponseWriter, r *http.Request) error {
 type chatRequest struct {
 	model        string
 	prior        []flow.Step // the conversation before input: user and assistant messages
-	input        string      // the last message, the user's
+	input        string      // the last user message
 	stream       bool
 	includeUsage bool
 	ignored      []string // parameters accepted and ignored, named in a header
+	// The client's tools (SPEC §4a), and the results of its calls that
+	// end the conversation, for the instance that waits for them.
+	tools    []flow.ClientTool
+	choice   json.RawMessage
+	parallel *bool
+	results  []flow.ClientResult
 }
 
 // param is what becomes of one parameter of OpenAI's chat completions
@@ -190,9 +199,9 @@ var chatParams = map[string]param{
 	"stream_options": {read: readStreamOptions},
 	"n":              {read: readN},
 
-	"tools":              {refused: "a flow's nodes call their own tools, and its answer is text, never a tool call"},
-	"functions":          {refused: "a flow's nodes call their own tools, and its answer is text, never a function call"},
-	"tool_choice":        {refused: "a flow never answers with a tool call", harmless: oneOf(`"none"`, `"auto"`)},
+	"tools":              {read: readTools},
+	"functions":          {refused: "the client's tools are given as 'tools'; 'functions' is their older form, which this server does not take"},
+	"tool_choice":        {read: readToolChoice},
 	"function_call":      {refused: "a flow never answers with a function call", harmless: oneOf(`"none"`, `"auto"`)},
 	"web_search_options": {refused: "a flow's nodes use their own tools"},
 	"audio":              {refused: "a flow answers with text only"},
@@ -215,7 +224,7 @@ var chatParams = map[string]param{
 	"verbosity":              {ignored: true},
 	"service_tier":           {ignored: true},
 	"prediction":             {ignored: true},
-	"parallel_tool_calls":    {ignored: true},
+	"parallel_tool_calls":    {read: readParallel},
 	"user":                   {ignored: true},
 	"safety_identifier":      {ignored: true},
 	"prompt_cache_key":       {ignored: true},
@@ -342,14 +351,18 @@ type chatMessage struct {
 	Content      json.RawMessage `json:"content"`
 	Refusal      *string         `json:"refusal"`
 	ToolCalls    json.RawMessage `json:"tool_calls"`
+	ToolCallID   *string         `json:"tool_call_id"`
 	FunctionCall json.RawMessage `json:"function_call"`
 	Audio        json.RawMessage `json:"audio"`
 }
 
 // readMessages makes the conversation: system and developer messages are
 // dropped (they never reach a node's model: the flow's nodes have their own
-// prompts), user and assistant messages before the last are its history,
-// and the last, which must be the user's, is the input.
+// prompts), user and assistant messages before the last user message are
+// its history, and the last user message is the input. Tool calls and
+// their results are read as the client's (SPEC §4a): the results that end
+// the conversation may answer the calls an instance waits for; anything
+// else of the client's tool calls is no part of a new instance's history.
 func readMessages(req *chatRequest, raw json.RawMessage) error {
 	var msgs []json.RawMessage
 	if json.Unmarshal(raw, &msgs) != nil {
@@ -359,6 +372,7 @@ func readMessages(req *chatRequest, raw json.RawMessage) error {
 		return invalid("messages", "empty_array", "Invalid 'messages': empty array. Expected an array with at least the user's message.")
 	}
 	req.prior = make([]flow.Step, 0, len(msgs)-1)
+	lastUser := -1
 	for i, m := range msgs {
 		at := fmt.Sprintf("messages[%d]", i)
 		var msg chatMessage
@@ -379,30 +393,138 @@ func readMessages(req *chatRequest, raw json.RawMessage) error {
 			if strings.TrimSpace(text) == "" {
 				return invalid(at+".content", "invalid_value", "Invalid '%s.content': a user's message must not be empty.", at)
 			}
+			req.prior = append(req.prior, flow.Step{Role: role, Response: text})
+			lastUser, req.results = len(req.prior)-1, nil
 		case "assistant":
-			for field, v := range map[string]json.RawMessage{"tool_calls": msg.ToolCalls, "function_call": msg.FunctionCall, "audio": msg.Audio} {
+			for field, v := range map[string]json.RawMessage{"function_call": msg.FunctionCall, "audio": msg.Audio} {
 				if len(v) > 0 && !asksNothing(v) {
-					return invalid(at+"."+field, "unsupported_parameter", "Unsupported parameter: '%s.%s': a flow's conversation is text; its nodes call their own tools.", at, field)
+					return invalid(at+"."+field, "unsupported_parameter", "Unsupported parameter: '%s.%s': a flow's conversation is text and the client's tool calls.", at, field)
 				}
 			}
 			if text == "" && msg.Refusal != nil {
 				text = *msg.Refusal // a refusal the client was given, sent back
 			}
-		case "tool", "function":
-			return invalid(at+".role", "unsupported_value", "Unsupported value: '%s.role' is %q: a flow takes no tool results; its nodes call their own tools.", at, role)
+			if len(msg.ToolCalls) > 0 && !asksNothing(msg.ToolCalls) {
+				var calls []json.RawMessage
+				if json.Unmarshal(msg.ToolCalls, &calls) != nil {
+					return wrongType(at+".tool_calls", "an array of tool calls", msg.ToolCalls)
+				}
+				req.results = nil // results after these answer them
+			}
+			if text != "" {
+				req.prior = append(req.prior, flow.Step{Role: role, Response: text})
+			}
+		case "tool":
+			if msg.ToolCallID == nil || *msg.ToolCallID == "" {
+				return invalid(at+".tool_call_id", "missing_required_parameter", "Missing required parameter: '%s.tool_call_id'.", at)
+			}
+			req.results = append(req.results, flow.ClientResult{ToolCallID: *msg.ToolCallID, Output: text})
+		case "function":
+			return invalid(at+".role", "unsupported_value", "Unsupported value: '%s.role' is \"function\": send a tool's result as a \"tool\" message.", at)
 		default:
-			return invalid(at+".role", "invalid_value", "Invalid value: '%s.role' is %q; it must be one of system, developer, user, assistant.", at, role)
-		}
-		switch {
-		case i == len(msgs)-1 && role != "user":
-			return invalid(at+".role", "invalid_value", "Invalid value: the last message must be the user's, the flow's input, and '%s.role' is %q.", at, role)
-		case i == len(msgs)-1:
-			req.input = text
-		case role == "user" || role == "assistant":
-			req.prior = append(req.prior, flow.Step{Role: role, Response: text})
+			return invalid(at+".role", "invalid_value", "Invalid value: '%s.role' is %q; it must be one of system, developer, user, assistant, tool.", at, role)
 		}
 	}
+	if lastUser < 0 {
+		return invalid("messages", "invalid_value", "Invalid value: 'messages' has no user message, and a flow's input is the user's message.")
+	}
+	last := len(msgs) - 1
+	var tail chatMessage
+	json.Unmarshal(msgs[last], &tail)
+	if role := *tail.Role; role != "user" && role != "tool" {
+		return invalid(fmt.Sprintf("messages[%d].role", last), "invalid_value",
+			"Invalid value: the last message must be the user's, the flow's input, or a tool's result, and 'messages[%d].role' is %q.", last, role)
+	}
+	if *tail.Role == "user" {
+		req.results = nil
+	}
+	req.input = req.prior[lastUser].Response
+	req.prior = slices.Delete(req.prior, lastUser, len(req.prior)) // what came after it, the client's tool round, is no history
 	return nil
+}
+
+// toolNameRe is OpenAI's rule for a function's name.
+var toolNameRe = regexp.MustCompile(`^[a-zA-Z0-9_-]{1,64}$`)
+
+// readTools reads the client's function tools (SPEC §4a).
+func readTools(req *chatRequest, raw json.RawMessage) error {
+	var tools []json.RawMessage
+	if json.Unmarshal(raw, &tools) != nil {
+		return wrongType("tools", "an array of tools", raw)
+	}
+	for i, t := range tools {
+		at := fmt.Sprintf("tools[%d]", i)
+		var tool struct {
+			Type     string `json:"type"`
+			Function *struct {
+				Name        string          `json:"name"`
+				Description string          `json:"description"`
+				Parameters  json.RawMessage `json:"parameters"`
+			} `json:"function"`
+		}
+		if json.Unmarshal(t, &tool) != nil {
+			return wrongType(at, "a tool object", t)
+		}
+		switch {
+		case tool.Type != "function":
+			return invalid(at+".type", "unsupported_value", "Unsupported value: '%s.type' is %q: only function tools are taken.", at, tool.Type)
+		case tool.Function == nil:
+			return invalid(at+".function", "missing_required_parameter", "Missing required parameter: '%s.function'.", at)
+		case !toolNameRe.MatchString(tool.Function.Name):
+			return invalid(at+".function.name", "invalid_value", "Invalid '%s.function.name': a function's name is 1 to 64 letters, digits, '_' or '-'.", at)
+		case len(tool.Function.Parameters) > 0 && jsonKind(tool.Function.Parameters) != "an object" && jsonKind(tool.Function.Parameters) != "null":
+			return wrongType(at+".function.parameters", "a JSON Schema object", tool.Function.Parameters)
+		case slices.ContainsFunc(req.tools, func(c flow.ClientTool) bool { return c.Name == tool.Function.Name }):
+			return invalid(at+".function.name", "invalid_value", "Invalid '%s.function.name': %q is named twice.", at, tool.Function.Name)
+		}
+		req.tools = append(req.tools, flow.ClientTool{Name: tool.Function.Name, Description: tool.Function.Description, Parameters: tool.Function.Parameters})
+	}
+	return nil
+}
+
+// readToolChoice reads tool_choice: "none", "auto", "required", or a named
+// function; which the tools must have is checked once they are read.
+func readToolChoice(req *chatRequest, raw json.RawMessage) error {
+	var word string
+	if json.Unmarshal(raw, &word) == nil {
+		if word != "none" && word != "auto" && word != "required" {
+			return invalid("tool_choice", "invalid_value", "Invalid value: 'tool_choice' is %q; it must be none, auto, required, or a function to call.", word)
+		}
+		req.choice = raw
+		return nil
+	}
+	var named struct {
+		Type     string `json:"type"`
+		Function struct {
+			Name string `json:"name"`
+		} `json:"function"`
+	}
+	if string(raw) == "null" {
+		return nil
+	}
+	if json.Unmarshal(raw, &named) != nil || named.Type != "function" || named.Function.Name == "" {
+		return wrongType("tool_choice", `"none", "auto", "required", or {"type": "function", "function": {"name": …}}`, raw)
+	}
+	req.choice = raw
+	return nil
+}
+
+func readParallel(req *chatRequest, raw json.RawMessage) error {
+	if json.Unmarshal(raw, &req.parallel) != nil {
+		return wrongType("parallel_tool_calls", "a boolean", raw)
+	}
+	return nil
+}
+
+// chosen is the function tool_choice names, if it names one.
+func (req *chatRequest) chosen() string {
+	var named struct {
+		Function struct {
+			Name string `json:"name"`
+		} `json:"function"`
+	}
+	json.Unmarshal(req.choice, &named)
+	return named.Function.Name
 }
 
 // textOf is a message's text: its content as a string, or its text parts
@@ -505,20 +627,42 @@ func readChatRequest(w http.ResponseWriter, r *http.Request) (*chatRequest, erro
 }
 
 // chatCompletions serves POST /v1/chat/completions: a run of the flow named
-// by model, on a new instance whose history is the request's conversation.
+// by model, on a new instance whose history is the request's conversation;
+// or, where the conversation ends with the results of the calls an
+// instance waits for (SPEC §4a), a run that goes on with that instance.
 func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request) error {
 	req, err := readChatRequest(w, r)
 	if err != nil {
 		return err
 	}
-	f := s.Engine.Flows[req.model]
+	flowID, upstream, _ := strings.Cut(req.model, "@")
+	f := s.Engine.Flows[flowID]
 	if f == nil {
 		return &openAIError{Status: http.StatusNotFound, Param: "model", Code: "model_not_found",
 			Message: fmt.Sprintf("The model `%s` does not exist: a model is a flow of this server, and GET /v1/models lists them.", req.model)}
 	}
-	sub, err := s.Engine.Start(r.Context(), flow.Request{FlowID: req.model, Prior: req.prior, Input: req.input})
+	opts, err := s.clientOptions(req, f.Def, upstream)
 	if err != nil {
 		return err
+	}
+	opts.Owner = s.owner(r)
+	var sub *flow.Subscription
+	if len(req.results) > 0 && opts.Client != nil {
+		id, err := s.waitingFor(r, flowID, opts.Owner, req.results)
+		if err != nil {
+			return err
+		}
+		if id != "" {
+			opts.Results = req.results
+			if sub, err = s.Engine.Start(r.Context(), flow.Request{FlowID: flowID, InstanceID: id, Continue: true, Options: opts}); err != nil {
+				return err
+			}
+		}
+	}
+	if sub == nil {
+		if sub, err = s.Engine.Start(r.Context(), flow.Request{FlowID: flowID, Prior: req.prior, Input: req.input, Options: opts}); err != nil {
+			return err
+		}
 	}
 	defer sub.Close()
 	w.Header().Set("X-Superego-Instance-Id", sub.Instance)
@@ -530,6 +674,109 @@ func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request) error {
 		return s.streamChat(w, r, sub, c, f.Def, req.includeUsage)
 	}
 	return s.collectChat(w, r, sub, c)
+}
+
+// clientOptions are the run's options for the request's tools and model:
+// the client's tools for the flow's "client" agent, checked against it,
+// and the upstream model of "FLOW@provider:model", one the operator allows.
+func (s *Server) clientOptions(req *chatRequest, def *flow.Definition, upstream string) (flow.RunOptions, error) {
+	var opts flow.RunOptions
+	agent := def.ClientAgent()
+	if agent == nil {
+		switch {
+		case len(req.tools) > 0:
+			return opts, invalid("tools", "unsupported_parameter", "Unsupported parameter: 'tools': no agent of this flow takes a client's tools; its nodes call their own.")
+		case upstream != "":
+			return opts, invalid("model", "invalid_value", "Invalid value: 'model': %q has no agent that takes a client's tools, whose model a request may choose.", req.model)
+		case len(req.choice) > 0 && string(req.choice) != `"none"` && string(req.choice) != `"auto"`:
+			return opts, invalid("tool_choice", "unsupported_parameter", "Unsupported parameter: 'tool_choice': no agent of this flow takes a client's tools.")
+		}
+		return opts, nil
+	}
+	for i, t := range req.tools {
+		if slices.Contains(agent.Tools, t.Name) || slices.ContainsFunc(agent.Tools, func(own string) bool {
+			return strings.HasSuffix(own, "*") && strings.HasPrefix(t.Name, strings.TrimSuffix(own, "*"))
+		}) {
+			return opts, invalid(fmt.Sprintf("tools[%d].function.name", i), "invalid_value",
+				"Invalid 'tools[%d].function.name': %q is a tool of the flow's agent %s; give the client's tool another name.", i, t.Name, agent.Name)
+		}
+	}
+	switch name := req.chosen(); {
+	case name != "" && !slices.ContainsFunc(req.tools, func(t flow.ClientTool) bool { return t.Name == name }):
+		return opts, invalid("tool_choice", "invalid_value", "Invalid value: 'tool_choice' names %q, which is not one of 'tools'.", name)
+	case name != "" && agent.Denies(name):
+		return opts, invalid("tool_choice", "invalid_value", "Invalid value: 'tool_choice' names %q, which a deny rule of the flow's agent %s refuses.", name, agent.Name)
+	case string(req.choice) == `"required"` && len(req.tools) == 0:
+		return opts, invalid("tool_choice", "invalid_value", "Invalid value: 'tool_choice' is \"required\", and 'tools' is empty.")
+	}
+	if len(req.tools) > 0 || len(req.choice) > 0 || req.parallel != nil {
+		opts.Client = &flow.ClientTools{Tools: req.tools, Choice: req.choice, Parallel: req.parallel}
+	} else {
+		opts.Client = &flow.ClientTools{}
+	}
+	if upstream != "" {
+		allowed := s.UpstreamModels
+		if len(allowed) == 0 && agent.Model != "" {
+			allowed = []string{agent.Model}
+		}
+		if !slices.Contains(allowed, upstream) {
+			list := "only the flow's own (" + agent.Model + "): set SUPEREGO_UPSTREAM_MODELS to allow others"
+			if len(s.UpstreamModels) > 0 {
+				list = strings.Join(s.UpstreamModels, ", ")
+			}
+			return opts, invalid("model", "invalid_value", "Invalid value: 'model' asks for %q for the agent %s; this server allows %s.", upstream, agent.Name, list)
+		}
+		opts.Variant = &flow.Variant{Models: map[string]string{agent.Name: upstream}}
+	}
+	return opts, nil
+}
+
+// owner is what binds an instance's calls to the API key that made them: a
+// hash of the key, "" where /v1 needs none.
+func (s *Server) owner(r *http.Request) string {
+	if len(s.APIKeys) == 0 {
+		return ""
+	}
+	_, token, _ := strings.Cut(r.Header.Get("Authorization"), " ")
+	sum := sha256.Sum256([]byte(token))
+	return hex.EncodeToString(sum[:16])
+}
+
+// waitingFor finds the instance of the flow that waits for the calls the
+// results answer: "" where none does (ids this server did not issue, or an
+// instance no longer waiting, as for a retry), and the request starts a new
+// instance. Results that answer another key's calls find nothing (404);
+// results that answer some of an instance's calls only are a 400 naming
+// the first missing.
+func (s *Server) waitingFor(r *http.Request, flowID, owner string, results []flow.ClientResult) (string, error) {
+	list, err := s.Engine.Store.List(r.Context(), flow.ListOptions{FlowID: flowID, Status: flow.StatusAwaitingToolResult})
+	if err != nil {
+		return "", err
+	}
+	for _, inst := range list {
+		events, err := s.Engine.Store.Events(r.Context(), inst.ID, 0)
+		if err != nil {
+			return "", err
+		}
+		st := flow.Replay(events)
+		waiting := flow.WaitingCalls(st.Steps)
+		if !slices.ContainsFunc(waiting, func(u flow.ToolUse) bool {
+			return slices.ContainsFunc(results, func(c flow.ClientResult) bool { return c.ToolCallID == u.ID })
+		}) {
+			continue
+		}
+		if subtle.ConstantTimeCompare([]byte(st.Options.Owner), []byte(owner)) != 1 {
+			return "", &openAIError{Status: http.StatusNotFound, Param: "messages", Code: "tool_call_not_found",
+				Message: "The tool results answer calls this server did not send to this API key."}
+		}
+		for _, u := range waiting {
+			if !slices.ContainsFunc(results, func(c flow.ClientResult) bool { return c.ToolCallID == u.ID }) {
+				return "", invalid("messages", "missing_tool_result", "Invalid 'messages': instance %s waits for the results of every call it sent; tool_call_id %q has none.", inst.ID, u.ID)
+			}
+		}
+		return inst.ID, nil
+	}
+	return "", nil
 }
 
 // completion is what the answer's objects share.
@@ -559,11 +806,12 @@ func usageOf(u *flow.RunUsage) chatUsage {
 // finishReasons maps the statuses of runs that answer to OpenAI's
 // finish_reason; a failed or cancelled run answers with an error instead.
 var finishReasons = map[string]string{
-	flow.StatusCompleted:      "stop",
-	flow.StatusAwaitingInput:  "stop", // the content is the superego's question
-	flow.StatusAwaitingReview: "stop", // a supervisor asked a human; the instance waits for the review
-	flow.StatusBlocked:        "content_filter",
-	flow.StatusIterationLimit: "length",
+	flow.StatusCompleted:          "stop",
+	flow.StatusAwaitingInput:      "stop", // the content is the superego's question
+	flow.StatusAwaitingReview:     "stop", // a supervisor asked a human; the instance waits for the review
+	flow.StatusBlocked:            "content_filter",
+	flow.StatusAwaitingToolResult: "tool_calls", // the client runs them, and answers in its next request
+	flow.StatusIterationLimit:     "length",
 }
 
 // outcome is how a run ended, for a client of /v1: a finish reason, or an
@@ -608,10 +856,33 @@ type chatChoice struct {
 // content, as SPEC §4a says, with finish_reason content_filter; refusal,
 // which OpenAI reserves for its models' own refusals, stays null.
 type chatReply struct {
-	Role        string     `json:"role"`
-	Content     string     `json:"content"`
-	Refusal     *string    `json:"refusal"`
-	Annotations []struct{} `json:"annotations"`
+	Role        string           `json:"role"`
+	Content     *string          `json:"content"` // null where the answer is tool calls
+	Refusal     *string          `json:"refusal"`
+	ToolCalls   []openAIToolCall `json:"tool_calls,omitempty"`
+	Annotations []struct{}       `json:"annotations"`
+}
+
+// openAIToolCall is a call the client is to run, as OpenAI's message and
+// (with Index) its stream's deltas carry it.
+type openAIToolCall struct {
+	Index    *int   `json:"index,omitempty"`
+	ID       string `json:"id"`
+	Type     string `json:"type"`
+	Function struct {
+		Name      string `json:"name"`
+		Arguments string `json:"arguments"`
+	} `json:"function"`
+}
+
+// toolCallsOf are the calls a run sends its client, in OpenAI's form.
+func toolCallsOf(calls []flow.ToolCall) []openAIToolCall {
+	out := make([]openAIToolCall, len(calls))
+	for i, c := range calls {
+		out[i].ID, out[i].Type = c.ToolCallID, "function"
+		out[i].Function.Name, out[i].Function.Arguments = c.ToolName, string(c.Input)
+	}
+	return out
 }
 
 // collectChat waits for the run's end and answers with one chat completion
@@ -639,9 +910,13 @@ func (s *Server) collectChat(w http.ResponseWriter, r *http.Request, sub *flow.S
 	if e != nil {
 		return e
 	}
+	msg := chatReply{Role: "assistant", Content: &done.Response, Annotations: []struct{}{}}
+	if done.Status == flow.StatusAwaitingToolResult {
+		msg.Content, msg.ToolCalls = nil, toolCallsOf(done.ToolCalls) // the reply's text stays held
+	}
 	writeJSON(w, http.StatusOK, chatCompletionObject{
 		ID: c.id, Object: "chat.completion", Created: c.created, Model: c.model,
-		Choices: []chatChoice{{Message: chatReply{Role: "assistant", Content: done.Response, Annotations: []struct{}{}}, FinishReason: reason}},
+		Choices: []chatChoice{{Message: msg, FinishReason: reason}},
 		Usage:   usageOf(done.Usage),
 	})
 	return nil
@@ -787,7 +1062,14 @@ func (cs *chatStream) event(ev flow.Event, flush bool) error {
 		if e != nil {
 			return cs.end(e)
 		}
-		if rest := d.Response[cs.sent.Len():]; rest != "" {
+		for i, call := range toolCallsOf(d.ToolCalls) {
+			call.Index = &i
+			delta, _ := json.Marshal(map[string][]openAIToolCall{"tool_calls": {call}})
+			if err := cs.send(cs.chunk(delta, nil), false); err != nil {
+				return err
+			}
+		}
+		if rest := d.Response[cs.sent.Len():]; rest != "" && len(d.ToolCalls) == 0 {
 			if err := cs.send(cs.chunk(content(rest), nil), false); err != nil {
 				return err
 			}

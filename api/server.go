@@ -47,7 +47,11 @@ type Server struct {
 	MCP         *tools.MCP // for /healthz; nil: none
 	AdminToken  string
 	APIKeys     []string
-	Log         *slog.Logger
+	// UpstreamModels are the models a /v1 request may choose for a flow's
+	// "client" agent, as "FLOW@provider:model" (SPEC §4a); none: only the
+	// agent's own.
+	UpstreamModels []string
+	Log            *slog.Logger
 	// WriteTimeout bounds each write to a client (0: 30s); MaxStreams the
 	// streams of instances (…/stream, EventSource reconnects) open at once
 	// (0: 1024); streams that run a flow count as runs.

@@ -34,6 +34,9 @@ type ToolInfo struct {
 	Description string
 	ReadOnly    bool
 	ClosedWorld bool
+	// Client: a client's own tool (SPEC §4a), which the client runs. An
+	// accepted call goes to it; its result comes back in a later run.
+	Client bool
 }
 
 // judgedFirst reports whether a call to the tool goes to a call judge:
@@ -261,8 +264,20 @@ func (c *Calls) Finish(ctx context.Context, n int) ([]ToolUse, error) {
 	}
 	uses := make([]ToolUse, len(calls))
 	var results []*call
+	sent := 0 // calls that go to the client
 	for i, k := range calls {
 		c.rule(k)
+		k.use.Client = k.info.Client
+		if k.info.Client && !k.preset && !k.use.Refused && !k.use.Awaiting {
+			if p := c.task.Client; sent > 0 && p != nil && p.Parallel != nil && !*p.Parallel {
+				k.use.Refused, k.use.Output = true, "not run: parallel_tool_calls is false, so one call at a time"
+			} else {
+				k.use.AwaitingResult = true // the client runs it, and answers in its next request
+				sent++
+				uses[i] = k.use
+				continue
+			}
+		}
 		if k.use.Refused || k.use.Awaiting {
 			if k.use.Refused {
 				c.out(Event{Name: EventToolCall, Data: ToolCall{Node: c.node.Name, ToolName: k.use.ToolName, Input: k.use.Input, ToolCallID: k.use.ID}})
@@ -271,24 +286,26 @@ func (c *Calls) Finish(ctx context.Context, n int) ([]ToolUse, error) {
 			uses[i] = k.use
 			continue
 		}
-		if k.info.judgedFirst() && c.task.BeforeWrite != nil {
-			if err := c.task.BeforeWrite(ctx); err != nil {
-				return nil, err // a speculative turn whose judge did not accept: nothing ran
+		if !k.info.Client { // a client's call ran there, and its result is in
+			if k.info.judgedFirst() && c.task.BeforeWrite != nil {
+				if err := c.task.BeforeWrite(ctx); err != nil {
+					return nil, err // a speculative turn whose judge did not accept: nothing ran
+				}
 			}
-		}
-		c.out(Event{Name: EventToolCall, Data: ToolCall{Node: c.node.Name, ToolName: k.use.ToolName, Input: k.use.Input, ToolCallID: k.use.ID}})
-		if !k.info.ReadOnly && c.sync != nil {
-			// At most once: the call is on record as started before it
-			// runs, so that a run resumed after a crash does not run it again.
-			if err := c.sync(); err != nil {
+			c.out(Event{Name: EventToolCall, Data: ToolCall{Node: c.node.Name, ToolName: k.use.ToolName, Input: k.use.Input, ToolCallID: k.use.ID}})
+			if !k.info.ReadOnly && c.sync != nil {
+				// At most once: the call is on record as started before it
+				// runs, so that a run resumed after a crash does not run it again.
+				if err := c.sync(); err != nil {
+					return nil, err
+				}
+			}
+			r, err := runCall(ctx, k)
+			if err != nil {
 				return nil, err
 			}
+			k.use.Output, k.use.Error, k.use.Proposed = r.Output, r.Error, r.Proposed
 		}
-		r, err := runCall(ctx, k)
-		if err != nil {
-			return nil, err
-		}
-		k.use.Output, k.use.Error, k.use.Proposed = r.Output, r.Error, r.Proposed
 		if c.resultJudge != nil && (!k.info.ClosedWorld || c.node.judgesResults(k.use.ToolName)) {
 			k.decided = make(chan struct{})
 			a := &Action{Kind: KindResult, Agent: c.node.AgentID, Call: k.use, Description: k.info.Description, Earlier: c.earlier}
@@ -622,4 +639,107 @@ func Reviews(steps []Step) []PendingReview {
 		return []PendingReview{{ReviewID: last.StepID, Kind: "decision", Node: last.Node}}
 	}
 	return nil
+}
+
+// waitingResults are the turn's calls sent to the client whose results
+// have not come back.
+func waitingResults(turn []Step) []waiting {
+	var out []waiting
+	for j, s := range turn {
+		for _, u := range s.ToolUsage {
+			if u.AwaitingResult && !settledLater(turn[j+1:], u.ID) {
+				out = append(out, waiting{s.Node, u})
+			}
+		}
+	}
+	return out
+}
+
+// settledLater reports whether a later step records the call as run,
+// refused or answered.
+func settledLater(later []Step, id string) bool {
+	return slices.ContainsFunc(later, func(s Step) bool {
+		return slices.ContainsFunc(s.ToolUsage, func(u ToolUse) bool { return u.ID == id && !u.AwaitingResult })
+	})
+}
+
+// answered are node's calls sent to the client, with the results the
+// client gave, as the agent's next iteration records them: judged by their
+// result judge first.
+func answered(turn []Step, node string, results []ClientResult) []ToolUse {
+	var out []ToolUse
+	for _, w := range waitingResults(turn) {
+		i := slices.IndexFunc(results, func(c ClientResult) bool { return c.ToolCallID == w.use.ID })
+		if w.node != node || i < 0 {
+			continue
+		}
+		u := w.use
+		u.AwaitingResult, u.Output = false, results[i].Output
+		out = append(out, u)
+	}
+	return out
+}
+
+// notRun is the step that answers the calls a turn's client never
+// answered, each "not run: " and why.
+func (r *runner) notRun(turn []Step, why string) (Step, bool) {
+	waiting := waitingResults(turn)
+	if len(waiting) == 0 {
+		return Step{}, false
+	}
+	node := waiting[0].node
+	s := Step{AgentID: node, Node: node, Role: RoleAssistant, Decision: NeedsTool, Fallback: "the client's results never came: " + why}
+	if n := r.t.Def.Graph.Nodes[node]; n != nil {
+		s.AgentID = n.AgentID
+	}
+	for _, w := range waiting {
+		u := w.use
+		u.AwaitingResult, u.Output = false, "not run: "+why
+		s.ToolUsage = append(s.ToolUsage, u)
+	}
+	s.NextAgent = &node
+	return s, true
+}
+
+// abandon ends a turn that waits for its client: each call it waits for is
+// answered "not run: " and the reason, and the run ends cancelled.
+func (r *runner) abandon(reason string) Outcome {
+	if s, ok := r.notRun(r.steps[r.turn+1:], reason); ok {
+		if err := r.appendStep(s, r.t.Def.Graph.Nodes[s.Node]); err != nil {
+			return Outcome{Status: StatusFailed, Err: err}
+		}
+	}
+	return Outcome{Status: StatusCancelled}
+}
+
+// WaitingCalls are the calls of an instance's last turn that its client was
+// sent and has not answered (SPEC §4a), given the instance's steps.
+func WaitingCalls(steps []Step) []ToolUse {
+	var out []ToolUse
+	for _, w := range waitingResults(steps[max(0, lastUserStep(steps)):]) {
+		out = append(out, w.use)
+	}
+	return out
+}
+
+// ClientAgent is the flow's inner agent that takes a client's tools, if it
+// has one.
+func (d *Definition) ClientAgent() *Node {
+	for _, n := range d.Graph.Nodes {
+		if n.Type == InnerAgent && slices.Contains(n.Tools, Client) {
+			return n
+		}
+	}
+	return nil
+}
+
+// Denies reports whether a deny rule refuses every call to tool, whatever
+// its arguments.
+func (n *Node) Denies(tool string) bool {
+	if n.Permissions == nil {
+		return false
+	}
+	return slices.ContainsFunc(n.Permissions.rules, func(r rule) bool {
+		return r.effect == EffectDeny && len(r.conds) == 0 && r.match(tool, nil)
+	})
 }

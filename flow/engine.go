@@ -274,6 +274,11 @@ func (e *Engine) start(ctx context.Context, req Request, review *Review, attach 
 		}
 		st = Replay(events)
 	}
+	if req.Continue && st.Status != StatusAwaitingToolResult {
+		e.release(instanceID)
+		e.wg.Done()
+		return nil, Turn{}, fmt.Errorf("instance %s is %s: %w", instanceID, st.Status, ErrNoWait)
+	}
 	var held []Event
 	if review != nil {
 		held, err = e.Store.Held(ctx, instanceID)
@@ -291,6 +296,7 @@ func (e *Engine) start(ctx context.Context, req Request, review *Review, attach 
 	run.seq = st.LastID
 	run.mu.Unlock()
 	turn.InstanceID, turn.RunID, turn.Steps, turn.Input, turn.Prior, turn.Options.Review, turn.Held = instanceID, NewID(), st.Steps, req.Input, req.Prior, review, held
+	turn.Continue = req.Continue
 	return run, turn, nil
 }
 
@@ -767,6 +773,8 @@ func (e *Engine) Cancel(ctx context.Context, id string) error {
 	case run != nil:
 		run.cancel(context.Canceled)
 		return nil
+	case e.waiting(ctx, id):
+		return e.abandon(ctx, id, "cancelled")
 	case e.Replicas != nil:
 		// Running elsewhere, or queued: its replica is told. A run whose
 		// done is written is over, whatever its claim says.
@@ -779,6 +787,51 @@ func (e *Engine) Cancel(ctx context.Context, id string) error {
 		}
 	}
 	return fmt.Errorf("instance %s: %w", id, ErrIdle)
+}
+
+// abandon ends an instance's wait for its client's tool results: each call
+// is answered "not run: " and why, and the instance is cancelled.
+func (e *Engine) abandon(ctx context.Context, id, why string) error {
+	inst, err := e.Store.Get(ctx, id)
+	if err != nil {
+		return err
+	}
+	return e.Run(ctx, Request{FlowID: inst.FlowID, InstanceID: id, Continue: true, Options: RunOptions{Abandon: why}}, nil)
+}
+
+// ExpireWaits ends, until ctx is done, the waits for clients' tool results
+// that have lasted longer than wait (SPEC §4a: --tool-wait): each call is
+// answered "not run: the wait for the client's results expired".
+func (e *Engine) ExpireWaits(ctx context.Context, wait time.Duration) {
+	tick := time.NewTicker(min(wait/10+time.Second, time.Minute))
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		list, err := e.Store.List(ctx, ListOptions{Status: StatusAwaitingToolResult})
+		if err != nil {
+			e.logger().Warn("waits for tool results not checked", "err", err)
+			continue
+		}
+		for _, inst := range list {
+			if time.Since(inst.UpdatedAt) < wait {
+				continue
+			}
+			err := e.abandon(ctx, inst.ID, "the wait for the client's results expired")
+			if err != nil && !errors.Is(err, ErrBusy) && !errors.Is(err, ErrNoWait) && !errors.Is(err, ErrClosed) {
+				e.logger().Warn("an expired wait for tool results not ended", "instance_id", inst.ID, "err", err)
+			}
+		}
+	}
+}
+
+// waiting reports whether the instance waits for its client's tool results.
+func (e *Engine) waiting(ctx context.Context, id string) bool {
+	events, err := e.Store.Events(ctx, id, 0)
+	return err == nil && Replay(events).Status == StatusAwaitingToolResult
 }
 
 // Close refuses new runs and waits for those in flight until ctx is done.

@@ -61,6 +61,9 @@ type Task struct {
 	// Action, for a superego, is a tool call or result to judge (§3c);
 	// Input is its text.
 	Action *Action
+	// Client, for the agent that takes a client's tools, is what the
+	// request offers it (SPEC §4a).
+	Client *ClientTools
 
 	fromWithheld bool // Input is a draft a superego withheld
 }
@@ -125,6 +128,9 @@ type Turn struct {
 	Input      string
 	Resume     bool // continue the interrupted run the log ends with; Input is its user step's
 	Opened     bool // with Resume: the log ends with this run's Opening, written for it; no new run_start
+	// Continue goes on with the log's last turn, with no new message
+	// (Request.Continue).
+	Continue bool
 	// Unfinished are the tool calls of an iteration the interruption cut
 	// short, as the log has them, for a run that resumes.
 	Unfinished Unfinished
@@ -200,9 +206,22 @@ func (x *Executor) Run(ctx context.Context, t Turn, sink Sink) Outcome {
 	}
 	end = append(end, Event{Name: EventDone, Data: done})
 	var err error
-	if len(r.held) > 0 && !(out.Status == StatusAwaitingReview && len(awaitingCalls(r.steps[r.turn+1:])) > 0) {
+	switch {
+	case out.Status == StatusAwaitingToolResult:
+		sent := map[string]bool{}
+		for _, w := range waitingResults(r.steps[r.turn+1:]) {
+			done.ToolCalls = append(done.ToolCalls, ToolCall{Node: w.node, ToolName: w.use.ToolName, Input: w.use.Input, ToolCallID: w.use.ID})
+			sent[w.use.ID] = true
+		}
+		end[len(end)-1].Data = done
+		if len(r.held) > 0 {
+			err = r.settleSending(r.judgeOf(r.cur), false, sent, end...)
+		} else {
+			err = r.emit(end...)
+		}
+	case len(r.held) > 0 && !(out.Status == StatusAwaitingReview && len(awaitingCalls(r.steps[r.turn+1:])) > 0):
 		err = r.settle(r.judgeOf(r.cur), false, end...) // fail closed: nothing unjudged goes out
-	} else {
+	default:
 		err = r.emit(end...) // a turn whose calls wait for review stays held: a pause is not an end
 	}
 	if err != nil && out.Err == nil {
@@ -285,6 +304,14 @@ func (r *runner) hold(ev Event) error {
 // go out as they were; withheld, each of its steps goes out empty, naming
 // judge, and nothing else of it. tail follows in the same write.
 func (r *runner) settle(judge string, release bool, tail ...Event) error {
+	return r.settleSending(judge, release, nil, tail...)
+}
+
+// settleSending settles the held turn as settle does, but for the calls in
+// sent, which go to the client whatever the judgement (SPEC §4a): withheld,
+// its steps still show them, and the steps of their judgements go out as
+// they are.
+func (r *runner) settleSending(judge string, release bool, sent map[string]bool, tail ...Event) error {
 	group := make([]Event, 0, len(r.held)+len(tail))
 	withheld := map[string]bool{}
 	drafts := map[string]bool{} // the held steps' responses, which later held steps may have as input
@@ -293,6 +320,8 @@ func (r *runner) settle(judge string, release bool, tail ...Event) error {
 		switch {
 		case release:
 			group = append(group, ev)
+		case ok && s.Judged != nil && s.Judged.Kind == KindCall && sent[s.Judged.ToolCallID]:
+			group = append(group, ev)
 		case ok:
 			drafts[s.Response] = true
 			if drafts[s.Input] || s.Judged != nil {
@@ -300,6 +329,11 @@ func (r *runner) settle(judge string, release bool, tail ...Event) error {
 			}
 			s.Withheld, s.WithheldResponse, s.WithheldToolUsage = judge, s.Response, s.ToolUsage
 			s.Response, s.ToolUsage = "", nil
+			for _, u := range s.WithheldToolUsage {
+				if sent[u.ID] {
+					s.ToolUsage = append(s.ToolUsage, u)
+				}
+			}
 			ev.Data = s
 			group = append(group, ev)
 			withheld[s.StepID] = true
@@ -350,8 +384,8 @@ func (r *runner) run(ctx context.Context) Outcome {
 		if err := r.sink.Emit(opening...); err != nil {
 			return Outcome{Status: StatusFailed, Err: err}
 		}
-		if r.t.Options.Review != nil {
-			if err := r.resume(); err != nil { // a review's run goes on with the turn it answers
+		if r.t.Options.Review != nil || r.t.Continue {
+			if err := r.resume(); err != nil { // it goes on with the turn it answers
 				return Outcome{Status: StatusFailed, Err: err}
 			}
 		}
@@ -360,6 +394,9 @@ func (r *runner) run(ctx context.Context) Outcome {
 		if err := r.answer(); err != nil {
 			return Outcome{Status: StatusFailed, Err: err}
 		}
+	}
+	if reason := r.t.Options.Abandon; reason != "" {
+		return r.abandon(reason)
 	}
 	if err := r.finishInterrupted(); err != nil {
 		return Outcome{Status: StatusFailed, Err: err}
@@ -495,8 +532,8 @@ func (x *Executor) now() func() time.Time {
 // events.
 func (r *runner) opening() []Event {
 	start := Event{Name: EventRunStart, Data: RunStart{r.t.InstanceID, r.t.RunID, r.t.FlowID, false, r.t.Options}}
-	if r.t.Options.Review != nil {
-		return []Event{start} // the answer's step follows, held where the turn it answers is (answer)
+	if r.t.Options.Review != nil || r.t.Continue {
+		return []Event{start} // the turn goes on: a review's answer, or a client's results, follow (answer, act)
 	}
 	first := r.t.Def.Graph.Start
 	if n := len(r.steps); n > 0 {
@@ -511,6 +548,12 @@ func (r *runner) opening() []Event {
 			s.AgentID = p.Role
 		}
 		group = append(group, Event{Name: EventCompleteStep, Data: r.stamp(s)})
+	}
+	if len(r.steps) > 0 {
+		// Calls the client never answered are answered before the new message.
+		if s, ok := r.notRun(r.steps[max(0, lastUserStep(r.steps)):], "the user sent a new message"); ok {
+			group = append(group, Event{Name: EventCompleteStep, Data: r.stamp(s)})
+		}
 	}
 	r.turn = len(r.steps)
 	user := r.stamp(Step{AgentID: "user", Role: RoleUser, Response: r.t.Input, NextAgent: &first})
@@ -662,6 +705,11 @@ func (r *runner) ending(step Step, node *Node) (status string, end bool) {
 	if len(awaitingCalls(r.steps[r.turn+1:])) > 0 {
 		return StatusAwaitingReview, true
 	}
+	for _, w := range waitingResults(r.steps[r.turn+1:]) {
+		if !slices.ContainsFunc(r.t.Options.Results, func(c ClientResult) bool { return c.ToolCallID == w.use.ID }) {
+			return StatusAwaitingToolResult, true
+		}
+	}
 	if step.AgentID == Reviewer && step.Judged == nil && step.NextAgent != nil && r.t.Def.Graph.Nodes[step.Node] != nil && r.t.Def.Graph.Nodes[step.Node].Type == InnerAgent {
 		return "", false // an answer about a tool call: its agent goes on
 	}
@@ -768,7 +816,8 @@ func (r *runner) act(ctx context.Context, node *Node) (step Step, by *Node, err 
 	}
 	task := r.task(r.steps, r.heldSteps(), node)
 	if node.Type == InnerAgent {
-		task.Approved = reviewed(r.steps[r.turn+1:], node.Name)
+		turn := r.steps[r.turn+1:]
+		task.Approved = append(reviewed(turn, node.Name), answered(turn, node.Name, r.t.Options.Results)...)
 	}
 	ctx = r.nodeStarted(ctx, node, task.StepID, false)
 	defer func() { r.nodeEnded(ctx, node, task.StepID, false, step.Decision, err) }()
@@ -1011,6 +1060,9 @@ func (r *runner) task(steps []Step, held map[string]bool, node *Node) *Task {
 		UserMessage: r.t.Input,
 		Input:       r.t.Input,
 		Decisions:   node.Decisions(),
+	}
+	if slices.Contains(node.Tools, Client) && node.Type == InnerAgent {
+		t.Client = r.t.Options.Client
 	}
 	for _, s := range steps[:r.turn] {
 		if s.Withheld != "" {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"unicode"
@@ -324,7 +325,8 @@ func (sp *speculation) run(ctx context.Context, r *runner, steps []Step, iters, 
 		step.StepID, step.Timestamp = fmt.Sprint(len(steps)+1), r.now().UTC()
 		steps = append(steps, step)
 		sp.emit(Event{Name: EventCompleteStep, Data: step})
-		if step.NextAgent == nil || *step.NextAgent != n.Name {
+		waits := slices.ContainsFunc(step.ToolUsage, func(u ToolUse) bool { return u.Awaiting || u.AwaitingResult })
+		if step.NextAgent == nil || *step.NextAgent != n.Name || waits { // a call waits for a person or the client: the run pauses there
 			return
 		}
 	}

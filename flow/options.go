@@ -22,6 +22,10 @@ type Request struct {
 	// nodes' models read them as the transcript.
 	Prior   []Step
 	Options RunOptions
+	// Continue goes on with the instance's turn, with no new message: its
+	// client's tool results (Options.Results) are in, or it is abandoned
+	// (Options.Abandon). Input is unused.
+	Continue bool
 }
 
 // RunOptions are how a run differs from a plain run of its flow. Its
@@ -40,6 +44,37 @@ type RunOptions struct {
 	Tags map[string]string `json:"tags,omitempty"`
 	// Review is the person's answer the run was started for.
 	Review *Review `json:"review,omitempty"`
+	// Client is what a request offers its flow's "client" agent: its own
+	// function tools (SPEC §4a); Results are the client's results for the
+	// calls the instance waits for; Abandon, instead, ends the wait, each
+	// call answered "not run: " and it.
+	Client  *ClientTools   `json:"client,omitempty"`
+	Results []ClientResult `json:"results,omitempty"`
+	Abandon string         `json:"abandon,omitempty"`
+	// Owner is a hash of the API key that started the instance: its calls'
+	// results are taken from that key only.
+	Owner string `json:"owner,omitempty"`
+}
+
+// ClientTools are a request's function tools, offered to the flow's
+// "client" agent, with OpenAI's tool_choice and parallel_tool_calls.
+type ClientTools struct {
+	Tools    []ClientTool    `json:"tools"`
+	Choice   json.RawMessage `json:"tool_choice,omitempty"`
+	Parallel *bool           `json:"parallel_tool_calls,omitempty"`
+}
+
+// ClientTool is one of a client's function tools.
+type ClientTool struct {
+	Name        string          `json:"name"`
+	Description string          `json:"description,omitempty"`
+	Parameters  json.RawMessage `json:"parameters,omitempty"`
+}
+
+// ClientResult is a client's result for a call it was sent.
+type ClientResult struct {
+	ToolCallID string `json:"tool_call_id"`
+	Output     string `json:"output"`
 }
 
 // Variant changes a flow for one run: other constitutions or models for

@@ -80,8 +80,11 @@ func (e *Engine) dispatch(ctx context.Context, req Request, review *Review, watc
 		}
 		st = Replay(events)
 	}
-	if st.Status == StatusRunning {
+	switch {
+	case st.Status == StatusRunning:
 		return nil, fmt.Errorf("instance %s: %w", d.InstanceID, ErrBusy)
+	case req.Continue && st.Status != StatusAwaitingToolResult:
+		return nil, fmt.Errorf("instance %s is %s: %w", d.InstanceID, st.Status, ErrNoWait)
 	}
 	var held []Event
 	if review != nil {
@@ -99,6 +102,7 @@ func (e *Engine) dispatch(ctx context.Context, req Request, review *Review, watc
 		}
 	}
 	turn.InstanceID, turn.RunID, turn.Steps, turn.Input, turn.Prior, turn.Options.Review = d.InstanceID, NewID(), st.Steps, req.Input, req.Prior, review
+	turn.Continue = req.Continue
 	d.Opening = e.Exec.Opening(turn)
 	now := time.Now().UTC()
 	for i := range d.Opening {

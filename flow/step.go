@@ -97,6 +97,10 @@ type ToolUse struct {
 	ResultJudgedBy *JudgedBy `json:"result_judged_by,omitempty"`
 	Refused        bool      `json:"refused,omitempty"`
 	Awaiting       bool      `json:"awaiting_review,omitempty"`
+	// Client marks a call of a client's own tool (SPEC §4a); AwaitingResult
+	// a call the client was sent, whose result has not come back.
+	Client         bool `json:"client,omitempty"`
+	AwaitingResult bool `json:"awaiting_result,omitempty"`
 	// WithheldOutput is the result a result judge kept from the model:
 	// hidden, shown only where hidden fields are.
 	WithheldOutput string `json:"-"`
@@ -191,6 +195,9 @@ type (
 		Response   string        `json:"response"`
 		Usage      *RunUsage     `json:"usage,omitempty"`
 		Replay     *ReplayCounts `json:"replay,omitempty"` // of a replayed run
+		// ToolCalls, for a run awaiting_tool_result, are the calls the
+		// client is to run and answer (SPEC §4a).
+		ToolCalls []ToolCall `json:"tool_calls,omitempty"`
 	}
 )
 
@@ -212,6 +219,7 @@ var (
 	ErrClosed   = errors.New("the server is shutting down")
 	ErrIdle     = errors.New("no run in progress")
 	ErrNoReview = errors.New("the instance is not awaiting review")
+	ErrNoWait   = errors.New("the instance is not awaiting its client's tool results")
 
 	// Errors a run can fail with; each has a stable code (ErrorCode).
 	ErrModelUnavailable = errors.New("model unavailable")

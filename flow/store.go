@@ -228,3 +228,11 @@ func ResearchSteps(steps []Step) []Research {
 	}
 	return out
 }
+
+// NewCallID returns 128 random bits in hex: the id of a call a client is
+// sent (SPEC §4a), which no one can guess.
+func NewCallID() string {
+	var b [16]byte
+	rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}

@@ -26,6 +26,9 @@ type Tool struct {
 	// arguments go nowhere and its results come from nowhere an attacker
 	// can write (SPEC §3c). The zero value is the careful one: open-world.
 	ClosedWorld bool
+	// Client marks a request's own function tool (SPEC §4a): the client
+	// runs it, and Call is nil.
+	Client bool
 }
 
 // Set is the tools a server offers, by name.

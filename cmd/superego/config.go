@@ -24,10 +24,15 @@ type config struct {
 	Model         string
 	AdminToken    string
 	APIKeys       []string // SUPEREGO_API_KEYS: the bearer tokens /v1/* accepts; none: /v1/* is open
-	SearchURL     string
-	Workspaces    string
-	Rules         string
-	References    string
+	// UpstreamModels are the models a /v1 request may choose for a flow's
+	// "client" agent (SUPEREGO_UPSTREAM_MODELS); ToolWait, how long an
+	// instance waits for its client's tool results (SPEC §4a).
+	UpstreamModels []string
+	ToolWait       time.Duration
+	SearchURL      string
+	Workspaces     string
+	Rules          string
+	References     string
 	// MCP is the mcp.json read (--mcp, else ./mcp.json if present), and
 	// MCPServers its servers, for serve, run and validate.
 	MCP          string
@@ -136,8 +141,10 @@ func parseConfig(cmd string, args []string, getenv func(string) string, stderr i
 	}
 	fs.StringVar(&c.SearchURL, "search-url", env("SUPEREGO_SEARCH_URL", ""), "SearXNG instance for the search tool (SUPEREGO_SEARCH_URL)")
 	modelTimeout, grace, maxRuns, maxStreams := env("SUPEREGO_MODEL_TIMEOUT", "2m"), env("SUPEREGO_GRACE", "30s"), env("SUPEREGO_MAX_RUNS", "256"), env("SUPEREGO_MAX_STREAMS", "1024")
+	toolWait := env("SUPEREGO_TOOL_WAIT", "24h")
 	fs.StringVar(&modelTimeout, "model-timeout", modelTimeout, "longest wait for one model or tool call (SUPEREGO_MODEL_TIMEOUT)")
 	fs.StringVar(&grace, "grace", grace, "at shutdown, how long runs in flight may take to finish (SUPEREGO_GRACE)")
+	fs.StringVar(&toolWait, "tool-wait", toolWait, "how long an instance waits for a /v1 client's tool results before its calls are answered \"not run\" (SUPEREGO_TOOL_WAIT)")
 	fs.StringVar(&maxRuns, "max-runs", maxRuns, "runs in flight at once; more get 429 (SUPEREGO_MAX_RUNS)")
 	fs.StringVar(&maxStreams, "max-streams", maxStreams, "streams of instances (replays, reconnects) open at once; more get 429 (SUPEREGO_MAX_STREAMS)")
 	fs.StringVar(&c.Experiments, "experiments", env("SUPEREGO_EXPERIMENTS", "./experiments"), "where the datasets of experiments posted over HTTP are (SUPEREGO_EXPERIMENTS)")
@@ -201,6 +208,14 @@ func parseConfig(cmd string, args []string, getenv func(string) string, stderr i
 	}
 	if c.Grace, err = positiveDuration("grace", grace); err != nil {
 		return c, nil, err
+	}
+	if c.ToolWait, err = positiveDuration("tool-wait", toolWait); err != nil {
+		return c, nil, err
+	}
+	for m := range strings.SplitSeq(getenv("SUPEREGO_UPSTREAM_MODELS"), ",") {
+		if m = strings.TrimSpace(m); m != "" {
+			c.UpstreamModels = append(c.UpstreamModels, m)
+		}
 	}
 	if c.MaxRuns, err = strconv.Atoi(maxRuns); err != nil || c.MaxRuns < 1 {
 		return c, nil, fmt.Errorf("max-runs: %q is not a whole number of 1 or more", maxRuns)

@@ -253,6 +253,7 @@ func serve(ctx context.Context, cfg config, stdout, stderr io.Writer, ready chan
 	} else if n > 0 {
 		log.Info("resumed interrupted runs", "runs", n)
 	}
+	go engine.ExpireWaits(ctx, cfg.ToolWait)
 	// Experiments a crash or a shutdown left running go on: their runs in
 	// flight were resumed just now, and are followed to their end.
 	if n, err := w.lab.ResumeAll(ctx); err != nil {
@@ -263,7 +264,7 @@ func serve(ctx context.Context, cfg config, stdout, stderr io.Writer, ready chan
 	model, _ := w.providers.Model("")
 	srv := &http.Server{
 		Handler: (&api.Server{Engine: engine, Experiments: w.lab, Workspaces: &tools.Workspaces{Root: cfg.Workspaces}, Refused: refused, Model: healthModel(model.Name),
-			MCP: w.mcp, AdminToken: cfg.AdminToken, APIKeys: cfg.APIKeys, Log: log, WriteTimeout: cfg.WriteTimeout, MaxStreams: cfg.MaxStreams,
+			MCP: w.mcp, AdminToken: cfg.AdminToken, APIKeys: cfg.APIKeys, UpstreamModels: cfg.UpstreamModels, Log: log, WriteTimeout: cfg.WriteTimeout, MaxStreams: cfg.MaxStreams,
 			Metrics: ops.metrics, Streams: ops.tel.StreamSubscribers()}).Handler(),
 		ReadHeaderTimeout: 10 * time.Second,
 		// Bounds a request's body; handlers lift it once they have read it,
