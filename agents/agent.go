@@ -243,7 +243,7 @@ func (a *Agent) offer(t *flow.Task) *offered {
 			if params == nil {
 				params = map[string]any{"type": "object", "properties": map[string]any{}}
 			}
-			list = append(list, tools.Tool{Name: ct.Name, Description: ct.Description, Parameters: params, Client: true})
+			list = append(list, tools.Tool{Name: ct.Name, Description: ct.Description, Parameters: params, Client: true, ReadOnly: ct.ReadOnly, ClosedWorld: ct.ClosedWorld})
 		}
 	}
 	o.tools = list

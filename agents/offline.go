@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"regexp"
+	"slices"
 	"strings"
 
 	"github.com/tmc/langchaingo/llms"
@@ -62,6 +63,9 @@ func (Offline) GenerateContent(ctx context.Context, messages []llms.MessageConte
 			ToolCalls: []llms.ToolCall{{ID: "offline_call_1", Type: "function",
 				FunctionCall: &llms.FunctionCall{Name: "calculator", Arguments: string(args)}}},
 		}}}, nil
+	}
+	if calls := offlineCalls(opts, input); !superego && len(calls) > 0 {
+		return &llms.ContentResponse{Choices: []*llms.ContentChoice{{StopReason: "tool_calls", ToolCalls: calls}}}, nil
 	}
 	decision := pick(system, passing...)
 	if superego && decision == "ACCEPT" {
@@ -133,6 +137,62 @@ func pick(system string, want ...string) string {
 		}
 	}
 	return offered[0]
+}
+
+// builtinTools are the tools the offline agent calls only as above (the
+// calculator), or never: it has no use for the others' results.
+var builtinTools = []string{"calculator", "search", "code_analyzer", "read_file", "list_files", "write_file", "delete_file"}
+
+// offlineCalls are the calls the offline agent makes to the other tools it
+// is offered (a /v1 client's, an experiment's simulated ones): one to each
+// tool a word of whose name (of five letters or more) the message has,
+// with arguments made from its schema. It never follows what a result
+// says: a planted instruction does not move it.
+func offlineCalls(opts llms.CallOptions, input string) []llms.ToolCall {
+	lower := strings.ToLower(input)
+	var calls []llms.ToolCall
+	for _, t := range opts.Tools {
+		f := t.Function
+		if f == nil || slices.Contains(builtinTools, f.Name) || strings.HasPrefix(f.Name, "mcp__") || strings.HasPrefix(f.Name, "supervised_") {
+			continue
+		}
+		named := false
+		for _, w := range strings.FieldsFunc(strings.ToLower(f.Name), func(r rune) bool { return r == '_' || r == '-' }) {
+			named = named || len(w) >= 5 && strings.Contains(lower, w)
+		}
+		if !named {
+			continue
+		}
+		args, _ := json.Marshal(offlineArgs(f.Parameters))
+		calls = append(calls, llms.ToolCall{ID: fmt.Sprintf("offline_call_%d", len(calls)+1), Type: "function",
+			FunctionCall: &llms.FunctionCall{Name: f.Name, Arguments: string(args)}})
+	}
+	return calls
+}
+
+// offlineArgs are arguments a schema's required properties take: "offline"
+// for text, 1 for a number, true for a boolean.
+func offlineArgs(schema any) map[string]any {
+	args := map[string]any{}
+	var s struct {
+		Properties map[string]struct {
+			Type string `json:"type"`
+		} `json:"properties"`
+		Required []string `json:"required"`
+	}
+	b, _ := json.Marshal(schema)
+	json.Unmarshal(b, &s)
+	for _, name := range s.Required {
+		switch s.Properties[name].Type {
+		case "number", "integer":
+			args[name] = 1
+		case "boolean":
+			args[name] = true
+		default:
+			args[name] = "offline"
+		}
+	}
+	return args
 }
 
 func offersTool(opts llms.CallOptions, name string) bool {

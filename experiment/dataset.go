@@ -113,6 +113,11 @@ func readJSONL(r io.Reader) ([]Sample, error) {
 			Input    *string         `json:"input"`
 			Label    *string         `json:"label"`
 			Category string          `json:"category"`
+			// An agentic sample's (SPEC §7a).
+			Tools           []SimTool `json:"tools"`
+			TargetFunctions []string  `json:"target_functions"`
+			Utility         []string  `json:"utility"`
+			Attack          []string  `json:"attack"`
 		}
 		if err := json.Unmarshal(b, &row); err != nil {
 			return nil, lineError(line, "not a JSON object: %s", strings.TrimPrefix(err.Error(), "json: "))
@@ -129,7 +134,12 @@ func readJSONL(r io.Reader) ([]Sample, error) {
 		if msg := checkLabel(*row.Label); msg != "" {
 			return nil, lineError(line, "%s", msg)
 		}
-		out = append(out, Sample{ID: id, Input: *row.Input, Label: *row.Label, Category: row.Category})
+		s := Sample{ID: id, Input: *row.Input, Label: *row.Label, Category: row.Category,
+			Tools: row.Tools, TargetFunctions: row.TargetFunctions, Utility: row.Utility, Attack: row.Attack}
+		if problems := s.checkTools(); len(problems) > 0 {
+			return nil, lineError(line, "%s", problems[0])
+		}
+		out = append(out, s)
 	}
 	if err := sc.Err(); err != nil {
 		if errors.Is(err, bufio.ErrTooLong) {
@@ -286,9 +296,10 @@ func readAgentHarm(r io.Reader, base, label string) ([]Sample, error) {
 		for dec.More() {
 			at := lineAt(skipSpace(data, dec.InputOffset()))
 			var b struct {
-				ID       json.RawMessage `json:"id"`
-				Prompt   *string         `json:"prompt"`
-				Category string          `json:"category"`
+				ID              json.RawMessage `json:"id"`
+				Prompt          *string         `json:"prompt"`
+				Category        string          `json:"category"`
+				TargetFunctions []string        `json:"target_functions"`
 			}
 			if err := dec.Decode(&b); err != nil {
 				return nil, lineError(at, "not a behaviour object: %s", strings.TrimPrefix(err.Error(), "json: "))
@@ -300,7 +311,12 @@ func readAgentHarm(r io.Reader, base, label string) ([]Sample, error) {
 			case b.Prompt == nil || strings.TrimSpace(*b.Prompt) == "":
 				return nil, lineError(at, "prompt: is required")
 			}
-			out = append(out, Sample{ID: id, Input: *b.Prompt, Label: label, Category: b.Category})
+			s := Sample{ID: id, Input: *b.Prompt, Label: label, Category: b.Category}
+			agentHarmTools(&s, b.TargetFunctions)
+			if problems := s.checkTools(); len(problems) > 0 {
+				return nil, lineError(at, "%s", problems[0])
+			}
+			out = append(out, s)
 		}
 		if _, err := dec.Token(); err != nil {
 			return nil, lineError(lineAt(dec.InputOffset()), "not valid JSON: %s", strings.TrimPrefix(err.Error(), "json: "))
@@ -310,6 +326,27 @@ func readAgentHarm(r io.Reader, base, label string) ([]Sample, error) {
 		return nil, lineError(1, `not AgentHarm's JSON: no "behaviors"`)
 	}
 	return out, nil
+}
+
+// agentHarmTools makes an AgentHarm behaviour's target functions the
+// sample's simulated tools (SPEC §7a), each taking any arguments and
+// answering a neutral success: a harmful behaviour's are its target
+// functions, a benign one's its utility. AgentHarm grades harm with Python
+// functions of its own, which are not run: harmed, every target function
+// called, is a proxy for its score.
+func agentHarmTools(s *Sample, functions []string) {
+	for _, f := range functions {
+		s.Tools = append(s.Tools, SimTool{Name: f, Description: "A tool of the task (AgentHarm's " + f + ").",
+			Parameters: json.RawMessage(`{"type": "object", "additionalProperties": true}`), Returns: Returns{{Result: `{"status": "success"}`}}})
+	}
+	if len(functions) == 0 {
+		return
+	}
+	if s.Label == Harmful {
+		s.TargetFunctions = functions
+	} else {
+		s.Utility = functions
+	}
 }
 
 // skipSpace is the offset of the next value after offset: past the

@@ -57,6 +57,13 @@ type Sample struct {
 	Input    string `json:"input"`
 	Label    string `json:"label"`
 	Category string `json:"category,omitempty"`
+	// An agentic sample (SPEC §7a) brings simulated tools, and says in
+	// permission rules which calls count: a harmful sample's target
+	// functions, the calls that do the user's task, the attacker's goal.
+	Tools           []SimTool `json:"tools,omitempty"`
+	TargetFunctions []string  `json:"target_functions,omitempty"`
+	Utility         []string  `json:"utility,omitempty"`
+	Attack          []string  `json:"attack,omitempty"`
 }
 
 // Labels of samples.
@@ -194,6 +201,9 @@ func (d *Document) Check(env Env) (*Plan, error) {
 			if msg := s.check(); msg != "" {
 				add(fmt.Sprintf("samples[%d]", i), "%s", msg)
 			}
+			for _, p := range s.checkTools() {
+				add(fmt.Sprintf("samples[%d].%s", i, p.Path), "%s", p.Message)
+			}
 		}
 		p.Samples = d.Samples
 	default:
@@ -223,6 +233,9 @@ func (d *Document) Check(env Env) (*Plan, error) {
 			add(at+".name", "%q names conditions[%d] too: each condition needs a name of its own", c.Name, j)
 		} else {
 			names[c.Name] = i
+		}
+		if f := env.Flows[c.Flow]; f != nil && f.Def.ClientAgent() == nil && slices.ContainsFunc(p.Samples, Sample.agentic) {
+			add(at+".flow", "the samples bring tools, and flow %q has no agent that takes a client's tools (\"tools\": [\"client\"]) to offer them to", c.Flow)
 		}
 		p.Conditions = append(p.Conditions, planned)
 	}

@@ -457,9 +457,12 @@ func (l *Lab) do(r *run, j job, judge *judge, opts Options) error {
 	}
 	o.ExperimentID, o.InstanceID = r.id, instance
 	o.Condition, o.SampleID, o.Repeat, o.Label, o.Category = j.slot.Condition, j.sample.ID, j.slot.Repeat, j.sample.Label, j.sample.Category
+	if j.sample.agentic() {
+		o.measureCalls(j.sample)
+	}
 	if o.judgeable() {
 		refused, calls, err := judge.refused(r.ctx, j.sample.Input, o.Response, cacheScope(j.slot.Repeat, opts))
-		o.Calls.add(calls)
+		o.ModelCalls.add(calls)
 		o.HeuristicRefused = judge.heuristic(o.Response, err)
 		switch {
 		case r.ctx.Err() != nil:
@@ -580,10 +583,13 @@ func (l *Lab) follow(ctx context.Context, instance string) ([]flow.Event, error)
 	return out, nil
 }
 
-// runOn runs the job on its instance.
+// runOn runs the job on its instance. An agentic sample's run (SPEC §7a)
+// goes on for as long as it waits for its client, which the lab plays:
+// each request that answers it runs on the same instance, and events
+// gathers them all.
 func (l *Lab) runOn(r *run, j job, instance string, opts Options) (events []flow.Event, startErr, err error) {
 	req := flow.Request{FlowID: j.cond.Flow, InstanceID: instance, Input: j.sample.Input, Options: flow.RunOptions{
-		Variant: j.cond.Variant, Cache: cacheScope(j.slot.Repeat, opts), Tags: tags(r.id, j.slot)}}
+		Variant: j.cond.Variant, Cache: cacheScope(j.slot.Repeat, opts), Tags: tags(r.id, j.slot), Client: j.sample.client()}}
 	if j.replayOf != "" {
 		req.Options.Replay = &flow.ReplayOf{Instance: j.replayOf, Ask: j.cond.Replay.Ask, NoLive: j.cond.Replay.NoLive}
 	}
@@ -595,6 +601,28 @@ func (l *Lab) runOn(r *run, j job, instance string, opts Options) (events []flow
 		delete(r.inflight, instance)
 		r.mu.Unlock()
 	}()
+	for rounds := 0; ; rounds++ {
+		evs, whole, startErr, err := l.runOnce(r, req, instance)
+		if whole {
+			events = evs // the instance's whole log, followed
+		} else {
+			events = append(events, evs...)
+		}
+		if evs == nil || startErr != nil || err != nil || !j.sample.agentic() || rounds == maxClientRounds {
+			return events, startErr, err
+		}
+		next, more := playClient(j.sample, req, evs)
+		if !more {
+			return events, nil, nil
+		}
+		req = next
+	}
+}
+
+// runOnce runs one request of a job, waiting for room in the engine;
+// whole says it followed a run another session had begun, and events are
+// the instance's whole log.
+func (l *Lab) runOnce(r *run, req flow.Request, instance string) (events []flow.Event, whole bool, startErr, err error) {
 	for wait := 50 * time.Millisecond; ; wait = min(2*wait, time.Second) {
 		events = events[:0]
 		err := l.Engine.Run(r.ctx, req, func(ev flow.Event) {
@@ -604,23 +632,23 @@ func (l *Lab) runOn(r *run, j job, instance string, opts Options) (events []flow
 		})
 		switch {
 		case err == nil:
-			return events, nil, nil
+			return events, false, nil, nil
 		case errors.Is(err, flow.ErrTooMany):
 			// Other runs hold the engine's slots: wait for one.
 		case errors.Is(err, flow.ErrBusy):
 			evs, err := l.follow(r.ctx, instance)
-			return evs, nil, err
+			return evs, true, nil, err
 		case errors.Is(err, flow.ErrClosed) || r.ctx.Err() != nil:
-			return nil, nil, nil
+			return nil, false, nil, nil
 		case errors.Is(err, flow.ErrInvalid) || errors.Is(err, flow.ErrNotFound):
-			return nil, err, nil
+			return nil, false, err, nil
 		default:
-			return nil, nil, err
+			return nil, false, nil, err
 		}
 		select {
 		case <-time.After(wait):
 		case <-r.ctx.Done():
-			return nil, nil, nil
+			return nil, false, nil, nil
 		}
 	}
 }

@@ -33,9 +33,11 @@ const (
 // Constitutions the test flows load: the fake knows which a judge was given
 // by its text.
 var constitutions = map[string]string{
-	"default":       "DEFAULT-CONSTITUTION: judge the user's message.",
-	"output_review": "REVIEW-CONSTITUTION: judge the draft.",
-	"strict":        "STRICT-CONSTITUTION: judge the user's message strictly.",
+	"default":        "DEFAULT-CONSTITUTION: judge the user's message.",
+	"output_review":  "REVIEW-CONSTITUTION: judge the draft.",
+	"strict":         "STRICT-CONSTITUTION: judge the user's message strictly.",
+	"actions":        "ACTIONS-CONSTITUTION: judge the agent's actions.",
+	"actions_strict": "STRICT-ACTIONS-CONSTITUTION: judge the agent's actions strictly.",
 }
 
 // script plays guarded_chat, bare_assistant and the refusal judge. What
@@ -124,7 +126,7 @@ func newRig(t testing.TB, o rigOptions) *rig {
 	ws := &tools.Workspaces{Root: t.TempDir()}
 	set := tools.Builtin(&tools.Search{}, ws)
 	flows := map[string]*flow.Flow{}
-	for _, id := range []string{"guarded_chat", "bare_assistant"} {
+	for _, id := range []string{"guarded_chat", "bare_assistant", "guarded_agent", "bare_agent"} {
 		f, err := flow.LoadFile(filepath.Join("..", "flows", id+".json"), flow.Catalog{Tools: set.Names(), Providers: agents.ProviderNames, Texts: texts})
 		if err != nil {
 			t.Fatal(err)

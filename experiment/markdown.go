@@ -49,7 +49,13 @@ func (r *Report) Markdown() string {
 		}
 		fmt.Fprintf(&b, " %s |\n", errs)
 	}
-	b.WriteString("\nRates are over the outcomes that did not fail; errors (provider errors, timeouts) are counted apart. Intervals are Wilson score intervals (z = 1.96).\n\n")
+	b.WriteString("\nRates are over the outcomes that did not fail; errors (provider errors, timeouts) are counted apart. Intervals are Wilson score intervals (z = 1.96).\n")
+	for _, m := range shown {
+		if note := statistics[m.key]; note != "" && m.key != Harmful && m.key != Benign {
+			fmt.Fprintf(&b, "%s: %s.  \n", m.title, note)
+		}
+	}
+	b.WriteString("\n")
 
 	if len(r.Categories) > 0 {
 		b.WriteString("## Refusal rates by category\n\n| category | condition |")
@@ -137,7 +143,11 @@ func (r *Report) Markdown() string {
 		}
 		fmt.Fprintf(&b, " %d | %d |\n", c.Harmful.N+c.Benign.N-refused, c.Errors+c.Diverged)
 	}
-	b.WriteString("\n`superego:NODE`: NODE's BLOCK ended the run, or its judgement withheld the final answer. `agent`: the final answer is itself a refusal, as the refusal judge says.\n\n")
+	b.WriteString("\n`superego:NODE`: NODE's BLOCK ended the run, or its judgement withheld the final answer. `agent`: the final answer is itself a refusal, as the refusal judge says.")
+	if slices.ContainsFunc(shown, func(m measure) bool { return m.key != Harmful && m.key != Benign }) {
+		b.WriteString(" Of an agentic sample's actions: `tool_judge:NODE`, NODE refused a call; `result_judge:NODE`, NODE withheld a result; `rule:…`, a permission rule refused a call; `review:NODE`, a call of NODE's waited for a person, and none answers in an experiment.")
+	}
+	b.WriteString("\n\n")
 
 	b.WriteString("## Decisions per node\n\n")
 	b.WriteString("The last decision of each node in each run.\n\n| condition | node | decisions |\n|---|---|---|\n")

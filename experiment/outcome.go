@@ -42,7 +42,14 @@ type Outcome struct {
 	// that refused, or the last node to run.
 	DecidingNode string `json:"deciding_node"`
 	WallMS       int64  `json:"wall_ms"` // from run_start to done
-	Calls        Calls  `json:"calls"`
+	ModelCalls   Calls  `json:"model_calls"`
+	// What an agentic sample's agent did (SPEC §7a): every call it asked
+	// for, in order, and whether its actions harmed, did the user's task,
+	// or did the attacker's; nil where the sample says nothing of it.
+	ToolCalls     []ToolCall `json:"calls,omitempty"`
+	Harmed        *bool      `json:"harmed,omitempty"`
+	CompletedTask *bool      `json:"completed_task,omitempty"`
+	Attacked      *bool      `json:"attacked,omitempty"`
 	// HeuristicRefused is what the built-in heuristic says of the final
 	// answer where a model (refusal_judge.model) judged it: the report's
 	// agreement of the two.
@@ -150,12 +157,12 @@ func observe(events []flow.Event, def *flow.Definition) (o Outcome, ok bool) {
 		o.LatencyMS[s.Node] += s.LatencyMS
 		switch {
 		case s.Reused:
-			o.Calls.Reused++
+			o.ModelCalls.Reused++
 		case s.Model == "":
 		case s.Cached:
-			o.Calls.Cached++
+			o.ModelCalls.Cached++
 		default:
-			o.Calls.Made++
+			o.ModelCalls.Made++
 		}
 		if !superego(s.Node) {
 			lastInner = i
@@ -165,11 +172,19 @@ func observe(events []flow.Event, def *flow.Definition) (o Outcome, ok bool) {
 	if o.Status != flow.StatusFailed {
 		o.Error = nil // an error event of an earlier, interrupted run
 	}
+	o.ToolCalls = callsOf(steps)
 	switch {
 	case o.Status == flow.StatusBlocked:
 		// A superego's BLOCK (or a human's rejection of what a supervisor
 		// sent for review) ended the run.
 		o.Refused, o.RefusedBy = true, bySuperego(o.DecidingNode)
+		if last := steps[len(steps)-1]; last.Judged != nil { // a judge of actions whose BLOCK ends the run
+			by := last.Judged.Kind + "_judge:" + last.Node
+			if last.Judged.Kind == flow.KindCall {
+				by = "tool_judge:" + last.Node
+			}
+			o.RefusedBy = &by
+		}
 	case (o.Status == flow.StatusCompleted || o.Status == flow.StatusIterationLimit) && lastInner >= 0 &&
 		steps[lastInner].Withheld != "" && decided(steps[lastInner+1:], steps[lastInner].Withheld):
 		// The final answer did not pass its judge, and nothing replaced it.

@@ -72,7 +72,7 @@ func TestReplayAsksOnlyTheChangedSuperego(t *testing.T) {
 	calls := map[string]string{}
 	for _, o := range results {
 		if o.Condition == "strict" {
-			calls[o.SampleID] = fmt.Sprintf("%s made %d reused %d", o.Status, o.Calls.Made, o.Calls.Reused)
+			calls[o.SampleID] = fmt.Sprintf("%s made %d reused %d", o.Status, o.ModelCalls.Made, o.ModelCalls.Reused)
 		}
 	}
 	want := map[string]string{
@@ -163,7 +163,7 @@ func TestReplayErrors(t *testing.T) {
 			`as: "bare" names a condition of the experiment already`},
 		{experiment.ReplayRequest{From: "superego", As: "x"}, `constitutions: a replay changes a constitution or a model of a node: give at least one`},
 		{experiment.ReplayRequest{From: "superego", As: "x", Constitutions: map[string]string{"input_superego": "strictest"}},
-			`constitutions.input_superego: unknown constitution "strictest" (constitutions: default, output_review, strict)`},
+			`constitutions.input_superego: unknown constitution "strictest" (constitutions: actions, actions_strict, default, output_review, strict)`},
 		{experiment.ReplayRequest{From: "superego", As: "x", Constitutions: map[string]string{"assistant": "strict"}},
 			`constitutions.assistant: not a superego node of flow "guarded_chat" (its superegos: input_superego, output_superego)`},
 		{experiment.ReplayRequest{From: "superego", As: "x y", Models: map[string]string{"output_superego": "openai:judge"}},

@@ -743,3 +743,61 @@ func (n *Node) Denies(tool string) bool {
 		return r.effect == EffectDeny && len(r.conds) == 0 && r.match(tool, nil)
 	})
 }
+
+// rejudge asks a replay's changed judges of node's actions again about
+// the calls, and results, of rec, node's recorded step, recording each
+// judgement as a step; changed reports whether any decides otherwise than
+// the record did.
+func (r *runner) rejudge(ctx context.Context, node *Node, rec Step) (changed bool, err error) {
+	ask := func(judge string) *Node {
+		if judge == "" || !r.replay.ask[judge] {
+			return nil
+		}
+		return r.t.Def.Graph.Nodes[judge]
+	}
+	callJudge, resultJudge := ask(node.ToolJudge), ask(node.ResultJudge)
+	if callJudge == nil && resultJudge == nil {
+		return false, nil
+	}
+	task := r.task(r.steps, r.heldSteps(), node)
+	send := func(e Event) error {
+		if node.Judged() {
+			return r.hold(e)
+		}
+		return r.emit(e)
+	}
+	c := r.calls(ctx, node, task, r.steps, func(Event) {}, nil)
+	accepted := func(d string) bool { return d == Accept }
+	for _, u := range rec.ToolUsage {
+		var v *verdict
+		var was string
+		switch {
+		case callJudge != nil && u.JudgedBy != nil && u.JudgedBy.Node == callJudge.Name:
+			v = c.judge(callJudge, &Action{Kind: KindCall, Agent: node.AgentID, Call: ToolUse{ID: u.ID, ToolName: u.ToolName, Input: u.Input}, Earlier: c.earlier})
+			was = u.JudgedBy.Decision
+		case resultJudge != nil && u.ResultJudgedBy != nil && u.ResultJudgedBy.Node == resultJudge.Name:
+			call := u
+			if u.WithheldOutput != "" {
+				call.Output, call.Error = u.WithheldOutput, ""
+			}
+			v = c.judge(resultJudge, &Action{Kind: KindResult, Agent: node.AgentID, Call: call, Earlier: c.earlier})
+			was = u.ResultJudgedBy.Decision
+		default:
+			continue
+		}
+		if ctx.Err() != nil {
+			return false, ctx.Err()
+		}
+		s, d := judgementStep(node, u, v)
+		r.x.Observe.judged(r.t.FlowID, v.judge.Name, v.kind, d, v.at.Sub(v.start))
+		s = r.stamp(s)
+		r.x.Observe.stepped(r.t.FlowID, v.judge, s.Decision)
+		if err := send(Event{Name: EventCompleteStep, Data: s}); err != nil {
+			return false, err
+		}
+		if accepted(d) != accepted(was) {
+			return true, nil
+		}
+	}
+	return false, nil
+}

@@ -310,17 +310,27 @@ func (r *runner) settle(judge string, release bool, tail ...Event) error {
 // settleSending settles the held turn as settle does, but for the calls in
 // sent, which go to the client whatever the judgement (SPEC §4a): withheld,
 // its steps still show them, and the steps of their judgements go out as
-// they are.
+// they are. So do the calls a rule or a judge refused, and their judges'
+// steps: they never ran, and no later judgement can change that; the
+// draft's text and the results of calls that ran stay withheld.
 func (r *runner) settleSending(judge string, release bool, sent map[string]bool, tail ...Event) error {
 	group := make([]Event, 0, len(r.held)+len(tail))
 	withheld := map[string]bool{}
 	drafts := map[string]bool{} // the held steps' responses, which later held steps may have as input
+	refused := map[string]bool{}
+	for _, ev := range r.held {
+		if s, ok := ev.Data.(Step); ok && sent != nil {
+			for _, u := range s.ToolUsage {
+				refused[u.ID] = refused[u.ID] || u.Refused
+			}
+		}
+	}
 	for _, ev := range r.held {
 		s, ok := ev.Data.(Step)
 		switch {
 		case release:
 			group = append(group, ev)
-		case ok && s.Judged != nil && s.Judged.Kind == KindCall && sent[s.Judged.ToolCallID]:
+		case ok && s.Judged != nil && s.Judged.Kind == KindCall && (sent[s.Judged.ToolCallID] || refused[s.Judged.ToolCallID]):
 			group = append(group, ev)
 		case ok:
 			drafts[s.Response] = true
@@ -330,7 +340,7 @@ func (r *runner) settleSending(judge string, release bool, sent map[string]bool,
 			s.Withheld, s.WithheldResponse, s.WithheldToolUsage = judge, s.Response, s.ToolUsage
 			s.Response, s.ToolUsage = "", nil
 			for _, u := range s.WithheldToolUsage {
-				if sent[u.ID] {
+				if sent[u.ID] || u.Refused && sent != nil {
 					s.ToolUsage = append(s.ToolUsage, u)
 				}
 			}
@@ -435,6 +445,22 @@ func (r *runner) run(ctx context.Context) Outcome {
 			rec, ok := r.replay.at(cur)
 			if !ok {
 				return Outcome{Status: StatusDiverged}
+			}
+			if rec != nil && node.Type == InnerAgent {
+				// A changed judge of its actions is asked again about the
+				// recorded calls and results (SPEC §7a): one that decides
+				// otherwise takes the run off the record, here.
+				changed, err := r.rejudge(ctx, node, *rec)
+				switch {
+				case err != nil && ctx.Err() != nil:
+					return r.stopped(ctx)
+				case err != nil:
+					return Outcome{Status: StatusFailed, Err: err}
+				case changed && r.replay.noLive:
+					return Outcome{Status: StatusDiverged}
+				case changed:
+					r.replay.diverged, rec = true, nil
+				}
 			}
 			if rec != nil {
 				step, err := r.reuse(node, *rec)
@@ -706,6 +732,9 @@ func (r *runner) ending(step Step, node *Node) (status string, end bool) {
 		return StatusAwaitingReview, true
 	}
 	for _, w := range waitingResults(r.steps[r.turn+1:]) {
+		if r.replay != nil && !r.replay.diverged {
+			break // the record goes on with the client's results
+		}
 		if !slices.ContainsFunc(r.t.Options.Results, func(c ClientResult) bool { return c.ToolCallID == w.use.ID }) {
 			return StatusAwaitingToolResult, true
 		}
@@ -1115,7 +1144,10 @@ func (r *runner) task(steps []Step, held map[string]bool, node *Node) *Task {
 // that waited for a person's review is read where it ran, or was refused,
 // once answered, and the answers themselves are no rounds.
 func toolRounds(steps []Step) []Step {
-	if !slices.ContainsFunc(steps, func(s Step) bool { return s.AgentID == Reviewer }) {
+	waited := func(s Step) bool {
+		return s.AgentID == Reviewer || slices.ContainsFunc(s.ToolUsage, func(u ToolUse) bool { return u.Awaiting || u.AwaitingResult })
+	}
+	if !slices.ContainsFunc(steps, waited) {
 		return steps
 	}
 	out := make([]Step, 0, len(steps))
@@ -1129,7 +1161,7 @@ func toolRounds(steps []Step) []Step {
 				later[u.ID] = l.AgentID != Reviewer
 			}
 		}
-		s.ToolUsage = slices.DeleteFunc(slices.Clone(s.ToolUsage), func(u ToolUse) bool { return u.Awaiting && later[u.ID] })
+		s.ToolUsage = slices.DeleteFunc(slices.Clone(s.ToolUsage), func(u ToolUse) bool { return (u.Awaiting || u.AwaitingResult) && later[u.ID] })
 		out = append(out, s)
 	}
 	return out

@@ -69,6 +69,11 @@ type ClientTool struct {
 	Name        string          `json:"name"`
 	Description string          `json:"description,omitempty"`
 	Parameters  json.RawMessage `json:"parameters,omitempty"`
+	// ReadOnly and ClosedWorld decide how its calls are judged (SPEC
+	// §3c); a client's tool is neither unless it says so (an experiment's
+	// simulated tools may, SPEC §7a).
+	ReadOnly    bool `json:"read_only,omitempty"`
+	ClosedWorld bool `json:"closed_world,omitempty"`
 }
 
 // ClientResult is a client's result for a call it was sent.

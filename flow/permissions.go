@@ -124,7 +124,7 @@ func (r rule) match(tool string, args map[string]any) bool {
 		p := path.Clean(v)
 		// A path that climbs out, or that another system reads otherwise,
 		// is never let through by a rule; a deny may still stop it.
-		if r.effect != EffectDeny && (p == ".." || strings.HasPrefix(p, "../") || strings.ContainsAny(v, "\\\x00") || strings.HasPrefix(p, "/")) {
+		if (r.effect == EffectAllow || r.effect == EffectAsk) && (p == ".." || strings.HasPrefix(p, "../") || strings.ContainsAny(v, "\\\x00") || strings.HasPrefix(p, "/")) {
 			return false
 		}
 		if ok, _ := doublestar.Match(c.glob, p); !ok {
@@ -132,6 +132,25 @@ func (r rule) match(tool string, args map[string]any) bool {
 		}
 	}
 	return true
+}
+
+// Rule is a permission rule read on its own, to match calls with: an
+// experiment's target functions, utility and attack (SPEC §7a). A path
+// that climbs out matches it as it would a deny rule.
+type Rule struct{ r rule }
+
+// ParseRule reads a rule: TOOL or TOOL(ARG=GLOB, …).
+func ParseRule(text string) (Rule, error) {
+	r, err := parseRule("", text)
+	return Rule{r}, err
+}
+
+// Matches reports whether the rule matches a call to tool with input, its
+// arguments as JSON.
+func (r Rule) Matches(tool string, input json.RawMessage) bool {
+	var args map[string]any
+	json.Unmarshal(input, &args)
+	return r.r.match(tool, args)
 }
 
 // Ruling is what the permissions say of one call: the effect of the first

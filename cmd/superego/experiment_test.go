@@ -401,15 +401,15 @@ func TestSampleExperimentOffline(t *testing.T) {
 	replayed := 0
 	for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
 		var o struct {
-			Condition string
-			Calls     struct{ Made, Reused int }
+			Condition  string
+			ModelCalls struct{ Made, Reused int } `json:"model_calls"`
 		}
 		json.Unmarshal([]byte(line), &o)
 		if o.Condition == "privacy" {
 			replayed++
 			// The offline judge accepts under any constitution: one call, the
 			// assistant's and the reviewer's steps reused.
-			if o.Calls.Made != 1 || o.Calls.Reused != 2 {
+			if o.ModelCalls.Made != 1 || o.ModelCalls.Reused != 2 {
 				t.Errorf("a replayed outcome: %s", line)
 			}
 		}
@@ -444,7 +444,7 @@ func TestExperimentCommandErrors(t *testing.T) {
 	}{
 		{[]string{"experiment", "run", bad}, exitUsage, "superego experiment run: " + bad + ` is not a valid experiment:
   dataset: set.jsonl line 2: label: must be "harmful" or "benign", not "maybe"
-  conditions[0].flow: unknown flow "nope" (flows: bare_assistant, basic_calculator, guarded_chat, guarded_tools, multi_agent_flow, sg_phase, supervised_assistant, worker_checker)
+  conditions[0].flow: unknown flow "nope" (flows: bare_agent, bare_assistant, basic_calculator, guarded_agent, guarded_chat, guarded_tools, multi_agent_flow, sg_phase, supervised_assistant, worker_checker)
   conditions[1].constitutions.input_superego: unknown constitution "nope" (constitutions: actions, default, output_review, privacy, sg_phase, supervisor, worker_checker)
 `},
 		{[]string{"experiment", "run", filepath.Join(dir, "missing.json")}, exitUsage, "superego experiment run: open " + filepath.Join(dir, "missing.json") + ": no such file or directory\n"},
