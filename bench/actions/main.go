@@ -494,6 +494,7 @@ type sample struct {
 	lastRunReq float64   // the same, from the request
 	done       float64   // the run's end, as its client saw it, from the request
 	ran        int       // calls of send that ran
+	judgements int       // judge requests
 	unjudged   int       // of them, with no verdict on that call before it reached the tool server
 }
 
@@ -527,7 +528,7 @@ func measure(start, end time.Time, model []wiretap.Call, execs []execution) (sam
 	}
 	t0 := agent.Writes[0]
 	since := func(t time.Time) float64 { return ms(t.Sub(t0)) }
-	s := sample{replyStart: ms(t0.Sub(start)), replyEnd: since(agent.Writes[len(agent.Writes)-1]), done: ms(end.Sub(start)), ran: len(execs)}
+	s := sample{replyStart: ms(t0.Sub(start)), replyEnd: since(agent.Writes[len(agent.Writes)-1]), done: ms(end.Sub(start)), ran: len(execs), judgements: len(asked)}
 	slices.SortFunc(asked, func(a, b time.Time) int { return a.Compare(b) })
 	for _, a := range asked {
 		s.judgeAsked = append(s.judgeAsked, since(a))
@@ -744,7 +745,7 @@ func report(w io.Writer, res *results) {
 		fmt.Fprintf(w, "SKIPPED (c), the Agents SDK: %s\n", res.skipped)
 	}
 	fmt.Fprintln(w, "\nms from the start of the agent's reply (the fake's first write of it) to the last call having run (its tool server answered), and from the client's request:")
-	fmt.Fprintf(w, "%-13s %-26s %-26s %-26s %-12s %s\n", "mode", "reply start → last run", "request → last run", "request → done", "calls ran", "unjudged")
+	fmt.Fprintf(w, "%-13s %-26s %-26s %-26s %-12s %-10s %s\n", "mode", "reply start → last run", "request → last run", "request → done", "calls ran", "unjudged", "judgements")
 	out := map[string]any{"bench": "actions", "rounds": cfg.rounds, "store": cfg.store, "calls": calls, "call_gap_ms": ms(callGap),
 		"judge_ms": ms(judgeTime), "goal_ms": goalMS, "go": runtime.Version(), "gomaxprocs": runtime.GOMAXPROCS(0)}
 	if res.sdk != "" {
@@ -759,8 +760,10 @@ func report(w io.Writer, res *results) {
 		last, lastReq, done := column(ss, func(s sample) float64 { return s.lastRun }), column(ss, func(s sample) float64 { return s.lastRunReq }),
 			column(ss, func(s sample) float64 { return s.done })
 		ran, unjudged := total(ss, func(s sample) int { return s.ran }), total(ss, func(s sample) int { return s.unjudged })
-		fmt.Fprintf(w, "%-13s %-26s %-26s %-26s %-12s %d\n", md.name, last, lastReq, done, fmt.Sprintf("%d of %d", ran, calls*len(ss)), unjudged)
-		out[md.name] = map[string]any{"what": md.what, "last_run_ms": last, "last_run_from_request_ms": lastReq, "done_ms": done, "calls_ran": ran, "unjudged": unjudged}
+		judgements := total(ss, func(s sample) int { return s.judgements })
+		fmt.Fprintf(w, "%-13s %-26s %-26s %-26s %-12s %-10d %d\n", md.name, last, lastReq, done, fmt.Sprintf("%d of %d", ran, calls*len(ss)), unjudged, judgements)
+		out[md.name] = map[string]any{"what": md.what, "last_run_ms": last, "last_run_from_request_ms": lastReq, "done_ms": done,
+			"calls_ran": ran, "unjudged": unjudged, "judgements": judgements}
 	}
 
 	fmt.Fprintln(w, "\nwhere the time goes (medians, ms from the start of the agent's reply; the first column from the client's request):")

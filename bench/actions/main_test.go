@@ -6,7 +6,7 @@ import (
 )
 
 // One round of the bench, without the SDK, runs and its checks hold both
-// ways: ours and the naive loop run every call, each after its verdict;
+// ways: ours and the naive loop run every call, each after its one verdict;
 // the control, ours with no judge, runs every call and every one is
 // counted unjudged, so the check can fail. No time is asserted.
 func TestOneRound(t *testing.T) {
@@ -18,12 +18,12 @@ func TestOneRound(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, c := range []struct {
-		mode     string
-		unjudged int
-	}{{"a_superego", 0}, {"b_naive", 0}, {"control", calls}} {
+		mode                 string
+		unjudged, judgements int
+	}{{"a_superego", 0, calls}, {"b_naive", 0, calls}, {"control", calls, 0}} {
 		ss := res.samples[c.mode]
-		if len(ss) != 1 || ss[0].ran != calls || ss[0].unjudged != c.unjudged {
-			t.Errorf("%s: %+v; want %d calls run, %d unjudged", c.mode, ss, calls, c.unjudged)
+		if len(ss) != 1 || ss[0].ran != calls || ss[0].unjudged != c.unjudged || ss[0].judgements != c.judgements {
+			t.Errorf("%s: %+v; want %d calls run, %d unjudged, %d judgements", c.mode, ss, calls, c.unjudged, c.judgements)
 		}
 	}
 	if _, ok := res.samples["c_agents_sdk"]; ok || res.skipped == "" {
