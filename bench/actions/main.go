@@ -694,7 +694,7 @@ func run(cfg config) (*results, error) {
 			input := "Send the team the three reports. " + runID
 			tap.Take()
 			toolTap.take()
-			start := time.Now() // for (c), within a millisecond of the script's own start
+			start := time.Now() // for (c), as the line goes to Node
 			if err := md.run(input); err != nil {
 				return nil, fmt.Errorf("%s: %w", md.name, err)
 			}
