@@ -40,7 +40,7 @@ bench-peer:
 
 # Output gating's latency (issue 16): the whole draft judged, judge_stream
 # and gating off, interleaved, over loopback HTTP; bench/gating/README.md.
-.PHONY: bench-gating bench-speculation
+.PHONY: bench-gating bench-speculation bench-actions
 bench-gating:
 	$(GO) run ./bench/gating
 
@@ -53,3 +53,13 @@ bench-speculation:
 		npm ci --prefix bench/speculation --no-audit --no-fund --loglevel=error || echo "npm ci failed: the Agents SDK will be skipped"; \
 	else echo "npm not found: the Agents SDK will be skipped"; fi
 	$(GO) run ./bench/speculation
+
+# Judged actions against judging after the reply and OpenAI's Agents SDK's
+# tool input guardrails (issue 30); bench/actions/README.md. As for
+# bench-speculation, npm ci installs the SDK at its pinned version in
+# bench/actions/node_modules; without it the Go side runs alone and says so.
+bench-actions:
+	@if command -v npm >/dev/null; then \
+		npm ci --prefix bench/actions --no-audit --no-fund --loglevel=error || echo "npm ci failed: the Agents SDK will be skipped"; \
+	else echo "npm not found: the Agents SDK will be skipped"; fi
+	$(GO) run ./bench/actions
