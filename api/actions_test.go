@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chromedp/chromedp"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"superego/agents"
@@ -577,5 +578,64 @@ func TestJudgementMetricsCarryNoText(t *testing.T) {
 		if strings.Contains(metrics, m) {
 			t.Errorf("metrics show %s", m)
 		}
+	}
+}
+
+// In the web page, a run whose call waits for review lists the call with
+// how it was decided, and a reviewer approves it from the page, with the
+// admin token: the call runs, and the step shows it.
+func TestReviewACallInBrowser(t *testing.T) {
+	chrome := os.Getenv("SUPEREGO_CHROME")
+	if chrome == "" {
+		t.Skip("SUPEREGO_CHROME is not set: no browser to drive (.ci/run installs chromium and sets it)")
+	}
+	f := serveActions(t, map[string]string{"actions": sprintf(actionsFlow, `, "tool_judge": "judge", "permissions": {"ask": ["write_file"], "deny": ["delete_file"]}`, "")}, judged(calls(
+		agentstest.Call{ID: "w1", Name: "write_file", Args: `{"path": "plan.txt", "content": "from the page"}`},
+		agentstest.Call{ID: "d1", Name: "delete_file", Args: `{"path": "plan.txt"}`},
+	), func(agentstest.Request) agentstest.Answer { return agentstest.Reply("", "ACCEPT", "", "") }))
+	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(chrome), chromedp.NoSandbox, chromedp.WindowSize(1100, 1000))
+	alloc, cancel := chromedp.NewExecAllocator(context.Background(), opts...)
+	defer cancel()
+	ctx, cancel := chromedp.NewContext(alloc)
+	defer cancel()
+	ctx, cancel = context.WithTimeout(ctx, 60*time.Second)
+	defer cancel()
+	var waiting, steps, instance string
+	err := chromedp.Run(ctx,
+		chromedp.Navigate(f.url+"/"),
+		chromedp.WaitVisible(`body[data-ready="true"]`, chromedp.ByQuery),
+		chromedp.SetValue(`#flow`, "actions", chromedp.ByID),
+		chromedp.SetValue(`#message`, "Write the plan", chromedp.ByID),
+		chromedp.Click(`#send`, chromedp.ByID),
+		chromedp.WaitVisible(`#status[data-status="awaiting_review"]`, chromedp.ByQuery),
+		chromedp.WaitVisible(`#review-list button`, chromedp.ByQuery),
+		chromedp.Text(`#review-list`, &waiting, chromedp.ByID),
+		chromedp.Text(`#steps`, &steps, chromedp.ByID),
+		chromedp.Text(`#instance`, &instance, chromedp.ByID),
+		chromedp.SetValue(`#review-token`, "admin-secret", chromedp.ByID),
+		chromedp.Click(`#review-list button[aria-label^="Approve write_file"]`, chromedp.ByQuery),
+		chromedp.WaitVisible(`#status[data-status="completed"]`, chromedp.ByQuery),
+	)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(waiting, `assistant asks to run write_file({"path":"plan.txt","content":"from the page"})`) {
+		t.Errorf("the waiting call: %q", waiting)
+	}
+	for _, want := range []string{"awaiting approval (rule ask: write_file)", "refused (rule deny: delete_file)"} {
+		if !strings.Contains(steps, want) {
+			t.Errorf("the steps lack %q:\n%s", want, steps)
+		}
+	}
+	id := strings.TrimPrefix(instance, "Instance ")
+	if got, ok := f.file(t, id, "plan.txt"); !ok || got != "from the page" {
+		t.Errorf("the approved call did not run: %v %q", ok, got)
+	}
+	var after string
+	if err := chromedp.Run(ctx, chromedp.Text(`#steps`, &after, chromedp.ByID)); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(after, "human_review APPROVED") {
+		t.Errorf("after the review:\n%s", after)
 	}
 }
