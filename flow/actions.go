@@ -190,6 +190,14 @@ func (c *Calls) forget(k *call) {
 	}
 }
 
+// spent are the tokens of judgements made for calls the model changed or
+// dropped before its reply ended, counted so far.
+func (c *Calls) spent() Usage {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.lost
+}
+
 // judge asks a judge node about an action. It runs on its own goroutine.
 func (c *Calls) judge(judge *Node, a *Action) (v *verdict) {
 	v = &verdict{judge: judge, kind: a.Kind, input: a.text(), start: time.Now()}

@@ -889,8 +889,9 @@ func (r *runner) act(ctx context.Context, node *Node) (step Step, by *Node, err 
 	})
 	task.Calls = calls
 	reply, err := r.x.Agent.Act(callCtx, task, out)
-	r.usage.PromptTokens += calls.lost.PromptTokens
-	r.usage.CompletionTokens += calls.lost.CompletionTokens
+	lost := calls.spent()
+	r.usage.PromptTokens += lost.PromptTokens
+	r.usage.CompletionTokens += lost.CompletionTokens
 	if calls.ended != nil {
 		return *calls.ended, r.t.Def.Graph.Nodes[calls.ended.Node], nil
 	}

@@ -307,8 +307,9 @@ func (sp *speculation) run(ctx context.Context, r *runner, steps []Step, iters, 
 		})
 		task.Calls = calls
 		reply, err := r.x.Agent.Act(actCtx, task, sp.emit)
-		sp.lost.PromptTokens += calls.lost.PromptTokens
-		sp.lost.CompletionTokens += calls.lost.CompletionTokens
+		lost := calls.spent()
+		sp.lost.PromptTokens += lost.PromptTokens
+		sp.lost.CompletionTokens += lost.CompletionTokens
 		if calls.ended != nil {
 			sp.ended = calls.ended
 			return
