@@ -351,8 +351,9 @@ func (e *Engine) turn(ctx context.Context, f *Flow, opt RunOptions) (Turn, error
 // a run shared between replicas, is released once the run's events are
 // all written; a cancel from any replica stops the run.
 func (e *Engine) run(run *liveRun, turn Turn, claim *Claim) {
+	id := turn.InstanceID // what the sink's functions need of turn, which they would keep on the heap
 	defer e.wg.Done()
-	defer e.release(turn.InstanceID)
+	defer e.release(id)
 	ended := false
 	if claim != nil {
 		defer func() { claim.Release(ended) }()
@@ -368,20 +369,20 @@ func (e *Engine) run(run *liveRun, turn Turn, claim *Claim) {
 			}
 		}()
 	}
-	defer e.endRun(run, turn)
+	defer e.endRun(run, &turn)
 	defer func() {
 		if p := recover(); p != nil {
-			e.runLog(turn).Error("run stopped by a panic; it resumes at the next start", "panic", fmt.Sprint(p))
+			e.runLog(&turn).Error("run stopped by a panic; it resumes at the next start", "panic", fmt.Sprint(p))
 		}
 	}()
 	sink := Sink{
-		Emit:   func(evs ...Event) error { return e.publish(turn.InstanceID, run, evs, false) },
-		Settle: func(evs ...Event) error { return e.publish(turn.InstanceID, run, evs, true) },
+		Emit:   func(evs ...Event) error { return e.publish(id, run, evs, false) },
+		Settle: func(evs ...Event) error { return e.publish(id, run, evs, true) },
 		Hold: func(ev Event) error {
 			run.mu.Lock()
 			run.holding++
 			run.mu.Unlock()
-			e.Store.Hold(turn.InstanceID, ev, run.held)
+			e.Store.Hold(id, ev, run.held)
 			run.mu.Lock()
 			defer run.mu.Unlock()
 			return run.err
@@ -393,6 +394,14 @@ func (e *Engine) run(run *liveRun, turn Turn, claim *Claim) {
 	out := e.Exec.Run(ctx, turn, sink)
 	e.Exec.Observe.runEnded(ctx, info, out)
 	ended = out.Status != statusInterrupted
+	e.logOutcome(ctx, &turn, out, claim)
+}
+
+// logOutcome logs how a run ended, where that is news to an operator. It
+// is apart from run so that what it needs takes no room on the stack while
+// a run waits on its model: a thousand runs in flight hold a thousand
+// stacks.
+func (e *Engine) logOutcome(ctx context.Context, turn *Turn, out Outcome, claim *Claim) {
 	lost := false
 	if claim != nil {
 		select {
@@ -417,7 +426,7 @@ func (e *Engine) run(run *liveRun, turn Turn, claim *Claim) {
 
 // runLog is the logger of a run's lines: each names the run and its
 // instance. It is made when a line is written, not with every run.
-func (e *Engine) runLog(turn Turn) *slog.Logger {
+func (e *Engine) runLog(turn *Turn) *slog.Logger {
 	return e.logger().With("run_id", turn.RunID, "instance_id", turn.InstanceID, "flow_id", turn.FlowID)
 }
 
@@ -437,7 +446,7 @@ func (run *liveRun) end() error {
 }
 
 // endRun ends a run as end does, and logs a write that failed.
-func (e *Engine) endRun(run *liveRun, turn Turn) {
+func (e *Engine) endRun(run *liveRun, turn *Turn) {
 	if err := run.end(); err != nil {
 		e.runLog(turn).Error("run's events not all recorded", "err", err)
 	}
@@ -504,7 +513,7 @@ func (e *Engine) Recover(ctx context.Context, only func(RunOptions) bool) (int, 
 		run.seq = st.LastID
 		turn.InstanceID, turn.RunID, turn.Steps, turn.Held, turn.Resume, turn.Unfinished = inst.ID, NewID(), st.Steps, held, true, st.Unfinished
 		go e.run(run, turn, nil)
-		e.runLog(turn).Info("resuming interrupted run", "steps", len(st.Steps), "held", len(held))
+		e.runLog(&turn).Info("resuming interrupted run", "steps", len(st.Steps), "held", len(held))
 		resumed++
 	}
 	return resumed, nil
