@@ -11,6 +11,7 @@ import (
 // sampled are the runtime's figures the sampler follows, and the keys
 // their maxima get in the JSON line.
 var sampled = []struct{ metric, key string }{
+	{"/gc/heap/live:bytes", "max_heap_live_kb"}, // marked live by the last collection
 	{"/memory/classes/heap/objects:bytes", "max_heap_objects_kb"},
 	{"/memory/classes/heap/stacks:bytes", "max_stacks_kb"},
 	{"/memory/classes/total:bytes", "max_runtime_total_kb"},
