@@ -361,6 +361,9 @@ func main() {
 	flag.Parse()
 	o := options{sample: *every}
 	if *profileDir != "" {
+		// Every 4 kB sampled, not every 512: a run in flight holds a few
+		// kB, and the profile is to say of what.
+		runtime.MemProfileRate = 4096
 		o.profiles = &profiles{dir: *profileDir}
 		if *cpuprofile == "" {
 			*cpuprofile = filepath.Join(*profileDir, "seq_cpu.pprof")
