@@ -3,7 +3,8 @@
 // as a child process (Main, Command), or over streamable HTTP (HTTP). Its
 // tools:
 //
-//	echo {text}      returns text; read-only (readOnlyHint)
+//	echo {text,fail} returns text; read-only (readOnlyHint); with fail, text
+//	                 is the tool's error, and is written to standard error
 //	add_note {text}  returns "noted: TEXT"; changes things (no readOnlyHint)
 //	pid {}           the server's process id; read-only
 //	env {name}       whether the variable is set in the server's environment; read-only
@@ -36,6 +37,11 @@ type text struct {
 	Text string `json:"text" jsonschema:"the text"`
 }
 
+type echo struct {
+	Text string `json:"text" jsonschema:"the text"`
+	Fail bool   `json:"fail,omitempty" jsonschema:"answer the text as an error"`
+}
+
 type name struct {
 	Name string `json:"name" jsonschema:"an environment variable's name"`
 }
@@ -47,7 +53,13 @@ func NewServer() *mcp.Server {
 		return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: s}}}
 	}
 	mcp.AddTool(s, &mcp.Tool{Name: "echo", Description: "Returns its text.", Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true}},
-		func(_ context.Context, _ *mcp.CallToolRequest, in text) (*mcp.CallToolResult, any, error) {
+		func(_ context.Context, _ *mcp.CallToolRequest, in echo) (*mcp.CallToolResult, any, error) {
+			if in.Fail {
+				fmt.Fprintln(os.Stderr, "mcptest: failing with", in.Text)
+				r := result(in.Text)
+				r.IsError = true
+				return r, nil, nil
+			}
 			return result(in.Text), nil, nil
 		})
 	mcp.AddTool(s, &mcp.Tool{Name: "add_note", Description: "Adds a note."},
