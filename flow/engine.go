@@ -261,7 +261,7 @@ func (e *Engine) start(ctx context.Context, req Request, review *Review, attach 
 	if isNew {
 		// Queued ahead of the run's events: they wait for it, and a
 		// failure fails the run at its next event.
-		e.Store.Create(Instance{ID: instanceID, FlowID: req.FlowID, CreatedAt: time.Now().UTC()}, run.failed)
+		e.Store.Create(Instance{ID: instanceID, FlowID: req.FlowID, CreatedAt: time.Now().UTC(), Tags: req.Options.Tags}, run.failed)
 	} else {
 		events, err := e.Store.Events(ctx, instanceID, 0)
 		if err != nil {

@@ -65,7 +65,7 @@ func (e *Engine) dispatch(ctx context.Context, req Request, review *Review, watc
 	var st State
 	if d.InstanceID == "" {
 		d.InstanceID = NewID()
-		d.Instance = &Instance{ID: d.InstanceID, FlowID: req.FlowID, CreatedAt: time.Now().UTC()}
+		d.Instance = &Instance{ID: d.InstanceID, FlowID: req.FlowID, CreatedAt: time.Now().UTC(), Tags: req.Options.Tags}
 	} else {
 		inst, err := e.Store.Get(ctx, d.InstanceID)
 		if err != nil {

@@ -25,9 +25,12 @@ import (
 	"crypto/sha256"
 	"database/sql"
 	"embed"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"net/url"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -165,6 +168,7 @@ type row struct {
 	id        string
 	flowID    *string
 	createdAt *time.Time
+	tags      *string // on an instance's first row, when it has tags
 }
 
 // writeTimeout bounds one commit, so that a database that stops answering
@@ -216,7 +220,7 @@ func (s *Store) commitTx(batch []segment.Write[own]) error {
 				return fmt.Errorf("instance %s is created in a batch that already holds it", w.ID) // committed one by one, the second write fails alone
 			}
 			created := w.Inst.CreatedAt.Truncate(time.Microsecond)
-			r = &row{id: w.ID, flowID: &w.Inst.FlowID, createdAt: &created}
+			r = &row{id: w.ID, flowID: &w.Inst.FlowID, createdAt: &created, tags: tagsColumn(w.Inst.Tags)}
 			r.LastTime = created
 			byInstance[w.ID] = r
 			rows = append(rows, r)
@@ -249,9 +253,9 @@ func (s *Store) commitTx(batch []segment.Write[own]) error {
 		if r.Status != "" {
 			status = &r.Status
 		}
-		sum := logSum(r.id, r.First, r.Last, r.flowID, r.createdAt, lastTime, int64(r.Steps), status, events, hidden, texts)
-		b.Queue(`INSERT INTO log (instance_id, first_seq, last_seq, flow_id, created_at, last_time, steps, status, events, hidden, texts, sum) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)`,
-			r.id, r.First, r.Last, r.flowID, r.createdAt, lastTime, r.Steps, status, nullText(events), nullText(hidden), nullText(texts), sum)
+		sum := logSum(r.id, r.First, r.Last, r.flowID, r.createdAt, lastTime, int64(r.Steps), status, events, hidden, texts, r.tags)
+		b.Queue(`INSERT INTO log (instance_id, first_seq, last_seq, flow_id, created_at, last_time, steps, status, events, hidden, texts, tags, sum) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)`,
+			r.id, r.First, r.Last, r.flowID, r.createdAt, lastTime, r.Steps, status, nullText(events), nullText(hidden), nullText(texts), r.tags, sum)
 		if s.Notify != "" && r.Last > 0 {
 			b.Queue(`SELECT pg_notify($1, $2)`, s.Notify, fmt.Sprint(r.id, ":", r.Last))
 		}
@@ -297,7 +301,9 @@ func nullText(b []byte) *string {
 
 // logSum, textSum and heldSum are the checksums of rows of the three
 // tables: every column but the sum and the keys PostgreSQL makes, in order.
-func logSum(id string, first, last int64, flowID *string, createdAt *time.Time, lastTime time.Time, steps int64, status *string, events, hidden, texts []byte) int64 {
+// A log row's tags count only when it has them, so that rows from before
+// tags keep their sums.
+func logSum(id string, first, last int64, flowID *string, createdAt *time.Time, lastTime time.Time, steps int64, status *string, events, hidden, texts []byte, tags *string) int64 {
 	var s segment.Sum
 	s.String(id).Int(first).Int(last)
 	nullString(&s, flowID)
@@ -308,7 +314,33 @@ func logSum(id string, first, last int64, flowID *string, createdAt *time.Time, 
 	}
 	s.Int(lastTime.UnixMicro()).Int(steps)
 	nullString(&s, status)
-	return s.Bytes(events).Bytes(hidden).Bytes(texts).Value()
+	s.Bytes(events).Bytes(hidden).Bytes(texts)
+	if tags != nil {
+		s.String(*tags)
+	}
+	return s.Value()
+}
+
+// tagsColumn is an instance's tags as its first row keeps them: a JSON
+// object, or NULL for none.
+func tagsColumn(tags map[string]string) *string {
+	if len(tags) == 0 {
+		return nil
+	}
+	b, _ := json.Marshal(tags) // sorted by name: the same tags, the same text
+	return nullText(b)
+}
+
+// tagsOf reads a tags column.
+func tagsOf(id string, col *string) (map[string]string, error) {
+	if col == nil {
+		return nil, nil
+	}
+	var tags map[string]string
+	if err := json.Unmarshal([]byte(*col), &tags); err != nil {
+		return nil, fmt.Errorf("instance %q: tags: %w", id, err)
+	}
+	return tags, nil
 }
 
 func nullString(s *segment.Sum, v *string) {
@@ -371,13 +403,18 @@ func (s *Store) Get(ctx context.Context, id string) (flow.Instance, error) {
 	if err != nil {
 		return flow.Instance{ID: id}, err
 	}
-	return flow.Instance{ID: id, FlowID: *rows[0].flowID, CreatedAt: rows[0].createdAt.UTC()}, nil
+	tags, err := tagsOf(id, rows[0].tags)
+	if err != nil {
+		return flow.Instance{ID: id}, err
+	}
+	return flow.Instance{ID: id, FlowID: *rows[0].flowID, CreatedAt: rows[0].createdAt.UTC(), Tags: tags}, nil
 }
 
 // stored is a row of the log as read.
 type stored struct {
 	segment.Row
 	flowID, status *string
+	tags           *string
 	createdAt      *time.Time
 	lastTime       time.Time
 	steps          int64
@@ -389,7 +426,7 @@ type stored struct {
 // read whole before anything else is asked of the database, so that a
 // reader holds one connection at a time.
 func (s *Store) segments(ctx context.Context, id, where string, args ...any) ([]stored, error) {
-	rows, err := s.read.Query(ctx, `SELECT first_seq, last_seq, flow_id, created_at, last_time, steps, status, events, hidden, texts, sum
+	rows, err := s.read.Query(ctx, `SELECT first_seq, last_seq, flow_id, created_at, last_time, steps, status, events, hidden, texts, tags, sum
 		FROM log WHERE instance_id = $1 AND (`+where+`) ORDER BY first_seq`, append([]any{id}, args...)...)
 	if err != nil {
 		return nil, fmt.Errorf("instance %q: %w", id, err)
@@ -398,10 +435,10 @@ func (s *Store) segments(ctx context.Context, id, where string, args ...any) ([]
 	var out []stored
 	for rows.Next() {
 		var r stored
-		if err := rows.Scan(&r.First, &r.Last, &r.flowID, &r.createdAt, &r.lastTime, &r.steps, &r.status, &r.Events, &r.Hidden, &r.Texts, &r.sum); err != nil {
+		if err := rows.Scan(&r.First, &r.Last, &r.flowID, &r.createdAt, &r.lastTime, &r.steps, &r.status, &r.Events, &r.Hidden, &r.Texts, &r.tags, &r.sum); err != nil {
 			return nil, fmt.Errorf("instance %q: %w", id, err)
 		}
-		if r.sum != logSum(id, r.First, r.Last, r.flowID, r.createdAt, r.lastTime, r.steps, r.status, r.Events, r.Hidden, r.Texts) {
+		if r.sum != logSum(id, r.First, r.Last, r.flowID, r.createdAt, r.lastTime, r.steps, r.status, r.Events, r.Hidden, r.Texts, r.tags) {
 			return nil, fmt.Errorf("instance %q: %s: %w", id, r.Name(), flow.ErrCorrupt)
 		}
 		out = append(out, r)
@@ -460,7 +497,10 @@ func (s *Store) loadTexts(ctx context.Context, ids []int64) (map[int64]string, e
 // the last status they mark. It reads no events, and so checks none: a
 // changed row is found when its events are read.
 func (s *Store) List(ctx context.Context, opt flow.ListOptions) ([]flow.Summary, error) {
-	q := `SELECT i.instance_id, i.flow_id, i.created_at,
+	if err := opt.Check(); err != nil {
+		return nil, err
+	}
+	q := `SELECT i.instance_id, i.flow_id, i.created_at, i.tags::text,
 		(SELECT sum(l.steps) FROM log l WHERE l.instance_id = i.instance_id),
 		(SELECT max(l.last_time) FROM log l WHERE l.instance_id = i.instance_id),
 		(SELECT l.status FROM log l WHERE l.instance_id = i.instance_id AND l.status IS NOT NULL ORDER BY l.first_seq DESC LIMIT 1)
@@ -469,6 +509,12 @@ func (s *Store) List(ctx context.Context, opt flow.ListOptions) ([]flow.Summary,
 	if opt.FlowID != "" {
 		args = append(args, opt.FlowID)
 		q += fmt.Sprintf(` AND i.flow_id = $%d`, len(args))
+	}
+	for _, k := range slices.Sorted(maps.Keys(opt.Tags)) {
+		// The key is written out, a checked tag name, so that the index
+		// on an experiment's tag serves it.
+		args = append(args, opt.Tags[k])
+		q += fmt.Sprintf(` AND i.tags IS NOT NULL AND i.tags->>'%s' = $%d`, k, len(args))
 	}
 	q += ` ORDER BY i.created_at DESC, i.instance_id DESC`
 	if opt.Limit > 0 && opt.Status == "" {
@@ -483,9 +529,12 @@ func (s *Store) List(ctx context.Context, opt flow.ListOptions) ([]flow.Summary,
 	var out []flow.Summary
 	for rows.Next() {
 		var sum flow.Summary
-		var status *string
-		if err := rows.Scan(&sum.ID, &sum.FlowID, &sum.CreatedAt, &sum.Steps, &sum.UpdatedAt, &status); err != nil {
+		var status, tags *string
+		if err := rows.Scan(&sum.ID, &sum.FlowID, &sum.CreatedAt, &tags, &sum.Steps, &sum.UpdatedAt, &status); err != nil {
 			return nil, fmt.Errorf("list instances: %w", err)
+		}
+		if sum.Tags, err = tagsOf(sum.ID, tags); err != nil {
+			return nil, err
 		}
 		sum.CreatedAt, sum.UpdatedAt = sum.CreatedAt.UTC(), sum.UpdatedAt.UTC()
 		sum.Status = flow.StatusNew
