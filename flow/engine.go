@@ -440,7 +440,7 @@ func (e *Engine) Recover(ctx context.Context, only func(RunOptions) bool) (int, 
 		if reason != "" {
 			end := []Event{
 				{ID: st.LastID + 1, Name: EventError, Time: time.Now().UTC(), Data: ErrorData{"internal", reason}},
-				{ID: st.LastID + 2, Name: EventDone, Time: time.Now().UTC(), Data: Done{InstanceID: inst.ID, Status: StatusFailed}},
+				{ID: st.LastID + 2, Name: EventDone, Time: time.Now().UTC(), Data: Done{InstanceID: inst.ID, Status: StatusFailed, Usage: &RunUsage{}}},
 			}
 			// Held events stay unseen: the run ends without their judgement.
 			if err := Wait(func(done func(error)) { e.Store.Settle(inst.ID, end, done) }); err != nil {

@@ -148,7 +148,7 @@ type (
 		InstanceID string        `json:"instance_id"`
 		Status     string        `json:"status"`
 		Response   string        `json:"response"`
-		Usage      *RunUsage     `json:"usage,omitempty"`
+		Usage      *RunUsage     `json:"usage,omitempty"`  // always set; nil only in a log written before it was
 		Replay     *ReplayCounts `json:"replay,omitempty"` // of a replayed run
 	}
 )

@@ -95,6 +95,10 @@ completed: The calculator returned 50.
 	if err := json.Unmarshal([]byte(lines[len(lines)-1]), &last); code != 0 || err != nil || last.Event != "done" || last.Data["status"] != "completed" {
 		t.Errorf("--json: exit %d, last line %s", code, lines[len(lines)-1])
 	}
+	// The offline model reports no tokens: done says so, with zeros.
+	if usage, ok := last.Data["usage"].(map[string]any); !ok || usage["prompt_tokens"] != 0.0 || usage["completion_tokens"] != 0.0 {
+		t.Errorf("--json: done without usage: %s", lines[len(lines)-1])
+	}
 	if code, _, errs := runCmd(t, env(repoEnv...), "run", "nope", "hi"); code != exitUsage || !strings.Contains(errs, `flow "nope": not found`) {
 		t.Errorf("unknown flow: %d %q", code, errs)
 	}
