@@ -44,6 +44,7 @@ type Server struct {
 	Workspaces  *tools.Workspaces // for /flow/instances/{id}/files/…; nil: none
 	Refused     []flow.Refused
 	Model       string
+	ModelNote   string     // for /healthz, beside Model: what the model is, where its name does not say
 	MCP         *tools.MCP // for /healthz; nil: none
 	AdminToken  string
 	APIKeys     []string
@@ -143,8 +144,12 @@ func (s *Server) health(w http.ResponseWriter, r *http.Request) error {
 	if refused == nil {
 		refused = []flow.Refused{}
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"status": status, "model": s.Model, "flows": slices.Sorted(maps.Keys(s.Engine.Flows)), "refused": refused,
-		"mcp": s.MCP.States()})
+	out := map[string]any{"status": status, "model": s.Model, "flows": slices.Sorted(maps.Keys(s.Engine.Flows)), "refused": refused,
+		"mcp": s.MCP.States()}
+	if s.ModelNote != "" {
+		out["model_note"] = s.ModelNote
+	}
+	writeJSON(w, http.StatusOK, out)
 	return nil
 }
 

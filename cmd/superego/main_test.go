@@ -158,7 +158,7 @@ func TestServeStartsAndShutsDown(t *testing.T) {
 	}
 	b, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
-	want := `{"flows":["bare_assistant","basic_calculator","guarded_chat","multi_agent_flow","sg_phase","supervised_assistant","worker_checker"],"mcp":[],"model":"offline","refused":[{"id":"broken","errors":["malformed JSON: the file ends inside the flow object"]}],"status":"ok"}`
+	want := `{"flows":["bare_assistant","basic_calculator","guarded_chat","multi_agent_flow","sg_phase","supervised_assistant","worker_checker"],"mcp":[],"model":"offline","model_note":"the built-in offline model: not a language model; it judges nothing, and answers every call with a fixed, labelled reply. Set SUPEREGO_MODEL, OPENAI_API_KEY or ANTHROPIC_API_KEY for real judgments","refused":[{"id":"broken","errors":["malformed JSON: the file ends inside the flow object"]}],"status":"ok"}`
 	if strings.TrimSpace(string(b)) != want {
 		t.Errorf("healthz: %s", b)
 	}
