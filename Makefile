@@ -3,8 +3,12 @@ GO ?= go
 
 .PHONY: run test bench bench-peer bench-experiments vet build docker
 
+# run builds the server, then becomes it (exec), so that the server is
+# make's own child: kill PID (make's) reaches it, as make passes SIGTERM to
+# its children, and it shuts down as on Ctrl-C. `go run` was the child
+# instead, and died alone, leaving the server running.
 run:
-	$(GO) run ./cmd/superego serve
+	$(GO) build -o bin/superego ./cmd/superego && exec bin/superego serve
 
 test:
 	$(GO) vet ./...
@@ -32,8 +36,8 @@ build:
 docker:
 	docker build -t superego .
 
-# The guarded-calculator workload of ../shared/bench, on each store, with the
-# loopback HTTP comparison; one JSON line each.
+# The guarded-calculator workload (bench/guarded_calculator), on each store,
+# with the loopback HTTP comparison; one JSON line each.
 bench-peer:
 	$(GO) run ./bench/guarded_calculator -http
 	$(GO) run ./bench/guarded_calculator -store sqlite
