@@ -71,7 +71,7 @@ func New(reg prometheus.Registerer, opt Options) (*Telemetry, error) {
 	steps := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "superego_steps_total",
 		Help: `Node steps recorded, by decision; "*" is a decision only the node's "*" transition accepted.`}, []string{"flow", "node", "decision"})
 	drafts := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "superego_drafts_total",
-		Help: "Held inner-agent turns (SPEC §3a), by the inner agent's node, released or withheld."}, []string{"flow", "node", "outcome"})
+		Help: "Held inner-agent turns (gated output), by the inner agent's node, released or withheld."}, []string{"flow", "node", "outcome"})
 	modelCalls := prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "superego_model_call_seconds",
 		Help:    "Model calls, by outcome: ok, error, timeout, cancelled, or cached (no call).",
 		Buckets: []float64{.01, .05, .1, .25, .5, 1, 2, 4, 8, 15, 30, 60, 120}}, []string{"provider", "model", "outcome"})
