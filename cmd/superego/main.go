@@ -276,7 +276,7 @@ func serve(ctx context.Context, cfg config, stdout, stderr io.Writer, ready chan
 		return err
 	}
 	addr := ln.Addr().String()
-	log.Info("listening", "addr", "http://"+addr, "model", model.Name, "flows", len(engine.Flows), "refused", len(refused), "db", redactedDB(cfg.DB))
+	log.Info("listening", "addr", "http://"+addr, "model", model.Name, "flows", len(engine.Flows), "refused", len(refused), "db", redactedDB(cfg.DB), "traces", ops.traces)
 	if model.Name == agents.OfflineName {
 		log.Warn("the model is the built-in offline model, not a language model: set SUPEREGO_MODEL, OPENAI_API_KEY or ANTHROPIC_API_KEY for real judgments")
 	}

@@ -188,7 +188,7 @@ func TestServeStartsAndShutsDown(t *testing.T) {
 	if !strings.Contains(out.String(), "curl -N http://"+addr+"/flow/execute") {
 		t.Errorf("no curl line:\n%s", out.String())
 	}
-	if !strings.Contains(logs.String(), `msg="flow refused" flow=broken`) || !strings.Contains(logs.String(), "not a language model") {
+	if !strings.Contains(logs.String(), `msg="flow refused" flow=broken`) || !strings.Contains(logs.String(), "not a language model") || !strings.Contains(logs.String(), "traces=off") {
 		t.Errorf("logs:\n%s", logs.String())
 	}
 }

@@ -30,6 +30,7 @@ func newLogger(cfg config, w io.Writer, level slog.Level) *slog.Logger {
 type operators struct {
 	tel     *telemetry.Telemetry
 	metrics http.Handler
+	traces  string // where spans go, for the start-up log; "off"
 	// stop sends the spans still to be sent, and closes the metrics'
 	// listener, if they have one.
 	stop func(ctx context.Context)
@@ -44,7 +45,7 @@ func watch(ctx context.Context, cfg config, log *slog.Logger) (*operators, *slog
 	if err != nil {
 		return nil, nil, err
 	}
-	opt := telemetry.Options{Content: cfg.TraceContent}
+	opt := telemetry.Options{Content: cfg.TraceContent, MaxRuns: cfg.MaxRuns}
 	var stops []func(context.Context)
 	if tp != nil {
 		opt.Tracer = telemetry.Tracer(tp)
@@ -59,7 +60,7 @@ func watch(ctx context.Context, cfg config, log *slog.Logger) (*operators, *slog
 	if err != nil {
 		return nil, nil, err
 	}
-	ops := &operators{tel: tel, metrics: telemetry.Handler(reg)}
+	ops := &operators{tel: tel, metrics: telemetry.Handler(reg), traces: telemetry.TracesTo(cfg.getenv)}
 	if cfg.MetricsAddr != "" {
 		ln, err := net.Listen("tcp", cfg.MetricsAddr)
 		if err != nil {
