@@ -34,6 +34,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/jackc/pgx/v5/stdlib"
 
@@ -83,6 +84,10 @@ type Store struct {
 	write *pgxpool.Pool // one connection: the writer's
 
 	textIDs map[string]int64 // texts the database holds, by body; the writer's own
+	// writer is this store's row of writers, and commits the count of
+	// commits it says; the writer's own.
+	writer  string
+	commits int64
 
 	texts segment.TextCache // texts read, by id
 }
@@ -138,7 +143,12 @@ func open(ctx context.Context, connString string) (*Store, error) {
 		write.Close()
 		return nil, err
 	}
-	s := &Store{read: read, write: write, textIDs: map[string]int64{}}
+	s := &Store{read: read, write: write, textIDs: map[string]int64{}, writer: flow.NewID()}
+	if _, err := write.Exec(ctx, `INSERT INTO writers (id, commits) VALUES ($1, 0)`, s.writer); err != nil {
+		write.Close()
+		read.Close()
+		return nil, err
+	}
 	s.Writer = segment.NewWriter(s.commitTx, ErrClosed)
 	return s, nil
 }
@@ -156,6 +166,9 @@ func redacted(connString string) string {
 // closes the pools.
 func (s *Store) Close() error {
 	s.Writer.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	s.write.Exec(ctx, `DELETE FROM writers WHERE id = $1`, s.writer) // a row left behind costs nothing but its bytes
+	cancel()
 	s.read.Close()
 	s.write.Close()
 	return nil
@@ -175,8 +188,57 @@ type row struct {
 // fails the writes waiting on it instead of holding them for ever.
 const writeTimeout = time.Minute
 
-// commitTx writes a batch in one transaction.
+// commitTx writes a batch in one transaction, and counts it in the
+// writer's row. When the connection breaks with no answer from the server
+// (during COMMIT, or before it), the count says whether the transaction
+// landed: if it did, the batch is done; if not, it is tried once more, on
+// a new connection. No write is lost to a dropped connection, and none is
+// made twice.
 func (s *Store) commitTx(batch []segment.Write[own]) error {
+	n := s.commits + 1
+	for attempt := 1; ; attempt++ {
+		err := s.commitOnce(batch, n)
+		var unknown *unknownOutcome
+		if !errors.As(err, &unknown) {
+			if err == nil {
+				s.commits = n
+			}
+			return err
+		}
+		landed, lerr := s.landed(n)
+		switch {
+		case lerr != nil:
+			return fmt.Errorf("%w; and whether it landed could not be read: %v", err, lerr)
+		case landed:
+			s.commits = n
+			return nil
+		case attempt == 2:
+			return err
+		}
+	}
+}
+
+// unknownOutcome is the error of a commit whose connection broke without
+// the server's answer: the transaction may have committed or not.
+type unknownOutcome struct{ err error }
+
+func (u *unknownOutcome) Error() string { return "commit: " + u.err.Error() }
+func (u *unknownOutcome) Unwrap() error { return u.err }
+
+// landed reports whether the writer's commit n landed. A transaction that
+// is still going on holds the writer's row, which locking it waits for.
+func (s *Store) landed(n int64) (bool, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), writeTimeout)
+	defer cancel()
+	var commits int64
+	err := pgx.BeginFunc(ctx, s.read, func(tx pgx.Tx) error {
+		return tx.QueryRow(ctx, `SELECT commits FROM writers WHERE id = $1 FOR UPDATE`, s.writer).Scan(&commits)
+	})
+	return commits == n, err
+}
+
+// commitOnce writes a batch in one transaction, as the writer's commit n.
+func (s *Store) commitOnce(batch []segment.Write[own], n int64) (err error) {
 	ctx, cancel := context.WithTimeout(context.Background(), writeTimeout)
 	defer cancel()
 	conn, err := s.write.Acquire(ctx)
@@ -184,6 +246,15 @@ func (s *Store) commitTx(batch []segment.Write[own]) error {
 		return err
 	}
 	defer conn.Release()
+	defer func() {
+		// An error the server raised means the transaction is rolled
+		// back; a connection that broke (or timed out, which breaks it)
+		// leaves that unknown.
+		var pe *pgconn.PgError
+		if err != nil && !errors.As(err, &pe) && conn.Conn().IsClosed() {
+			err = &unknownOutcome{err}
+		}
+	}()
 	var rows []*row
 	byInstance := map[string]*row{}
 	textID := func(body string) (int64, error) {
@@ -203,8 +274,10 @@ func (s *Store) commitTx(batch []segment.Write[own]) error {
 	}
 	// Held events and settles go in the order they were queued; an
 	// instance is queued before its events, and its first row holds those
-	// of them the batch holds.
+	// of them the batch holds. The count comes first, so that the
+	// transaction holds the writer's row from its start.
 	var b pgx.Batch
+	b.Queue(`UPDATE writers SET commits = $2 WHERE id = $1`, s.writer, n)
 	var with []func(context.Context, pgx.Tx) error
 	for _, w := range batch {
 		if w.Own.exec != nil {
