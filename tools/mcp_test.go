@@ -23,6 +23,7 @@ import (
 
 func TestMain(m *testing.M) {
 	mcptest.Main()
+	mcptest.ExitAtOnce()
 	os.Exit(m.Run())
 }
 

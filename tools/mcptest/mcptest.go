@@ -16,6 +16,7 @@ import (
 	"net/http"
 	"os"
 	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -99,6 +100,17 @@ func Main() {
 		os.Exit(1)
 	}
 	os.Exit(0)
+}
+
+// ExitAtOnce has the children a test binary starts of itself (servers,
+// commands, MCP servers) skip the race detector's sleep at exit: built with
+// -race, each sleeps a second after main returns (GORACE atexit_sleep_ms),
+// for goroutines still running to report races. They exit after an orderly
+// shutdown, so it waits for nothing, and a suite that starts dozens of
+// them waited dozens of seconds. A race they find is still reported, and
+// still fails them (exit status 66). Call it in TestMain.
+func ExitAtOnce() {
+	os.Setenv("GORACE", strings.TrimSpace(os.Getenv("GORACE")+" atexit_sleep_ms=0"))
 }
 
 // Command is an mcp.json server that starts the test binary as the test
