@@ -19,6 +19,7 @@ test:
 	@test -n "$$SUPEREGO_TEST_POSTGRES" || echo "skipped: the PostgreSQL tests (postgres, replica, cmd/superego *Postgres* and *Replica*); set SUPEREGO_TEST_POSTGRES to a server's URL, as .ci/run does"
 	@test -n "$$SUPEREGO_OPENAI_NODE" || echo "skipped: OpenAI's JavaScript client against the server (api TestOpenAINodeClient); set SUPEREGO_OPENAI_NODE to a directory where npm installed api/testdata/package.json, as .ci/run does"
 	@test -n "$$SUPEREGO_PROMPTFOO" || echo "skipped: promptfoo reading a flow's guardrails (api TestPromptfooReadsGuardrails); set SUPEREGO_PROMPTFOO to promptfoo from npm, as .ci/run does"
+	@command -v promtool >/dev/null || echo "skipped: the alerting rules' unit tests (telemetry TestAlertRules); install promtool (Debian's prometheus package), as .ci/run does"
 	@test -n "$$SUPEREGO_MCP_NODE" || echo "skipped: the tests with the MCP filesystem server from npm (tools TestNodeFilesystemServer, cmd/superego TestServeWithNodeMCPServer); set SUPEREGO_MCP_NODE to mcp-server-filesystem from npm @modelcontextprotocol/server-filesystem, as .ci/run does"
 
 bench:
