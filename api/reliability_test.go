@@ -180,13 +180,25 @@ func stall(t *testing.T, url, path string) net.Conn {
 func TestStalledClientIsDropped(t *testing.T) {
 	model := agentstest.OpenAI(t, script(nil))
 	p := &agents.Providers{Default: "openai:gpt-test", OpenAIKey: "k", OpenAIBaseURL: model.URL + "/v1"}
-	f := serveWith(t, testFlows, &flow.MemStore{}, p.Model, 0, func(s *api.Server) { s.WriteTimeout, s.MaxStreams = 300*time.Millisecond, 2 })
-	// Two turns of a 1 MB message: about 10 MB of events, more than the
-	// kernel's buffers hold for a reader.
-	in, _ := json.Marshal(map[string]string{"flow_id": "calc", "input": strings.Repeat("6*7 ", 250_000)})
-	id := uuidRe.FindString(body(t, f.do(t, "POST", "/flow/execute", string(in), "Accept", "application/json")))
-	again, _ := json.Marshal(map[string]string{"flow_id": "calc", "input": strings.Repeat("6*7 ", 250_000), "instance_id": id})
-	body(t, f.do(t, "POST", "/flow/execute", string(again), "Accept", "application/json"))
+	store := &flow.MemStore{}
+	f := serveWith(t, testFlows, store, p.Model, 0, func(s *api.Server) { s.WriteTimeout, s.MaxStreams = 300*time.Millisecond, 2 })
+	// An instance with ten steps of a 1 MB input: about 10 MB of events,
+	// more than the kernel's buffers hold for a reader. They are written to
+	// the store as a run would: runs that made them, with megabyte model
+	// calls, outlast the model timeout on a loaded machine.
+	id, now, big := "stalled", time.Now().UTC(), strings.Repeat("6*7 ", 250_000)
+	events := []flow.Event{{ID: 1, Name: flow.EventRunStart, Time: now, Data: flow.RunStart{InstanceID: id, RunID: "r", FlowID: "calc"}}}
+	for n := int64(2); n <= 11; n++ {
+		events = append(events, flow.Event{ID: n, Name: flow.EventCompleteStep, Time: now,
+			Data: flow.Step{StepID: fmt.Sprint(n - 1), AgentID: "calculator", Node: "calculator", Role: flow.RoleAssistant, Timestamp: now, Input: big, Response: "42"}})
+	}
+	events = append(events, flow.Event{ID: 12, Name: flow.EventDone, Time: now, Data: flow.Done{InstanceID: id, Status: flow.StatusCompleted, Response: "42", Usage: &flow.RunUsage{}}})
+	if err := flow.Wait(func(done func(error)) { store.Create(flow.Instance{ID: id, FlowID: "calc", CreatedAt: now}, done) }); err != nil {
+		t.Fatal(err)
+	}
+	if err := flow.Wait(func(done func(error)) { store.Append(id, events, done) }); err != nil {
+		t.Fatal(err)
+	}
 	path := "/flow/instances/" + id + "/stream?after=0"
 	stall(t, f.url, path)
 	stall(t, f.url, path)

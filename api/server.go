@@ -14,6 +14,7 @@ import (
 	"mime"
 	"net"
 	"net/http"
+	"net/url"
 	"reflect"
 	"slices"
 	"strconv"
@@ -44,6 +45,7 @@ type Server struct {
 	Workspaces  *tools.Workspaces // for /flow/instances/{id}/files/…; nil: none
 	Refused     []flow.Refused
 	Model       string
+	ModelNote   string     // for /healthz, beside Model: what the model is, where its name does not say
 	MCP         *tools.MCP // for /healthz; nil: none
 	AdminToken  string
 	APIKeys     []string
@@ -147,8 +149,12 @@ func (s *Server) health(w http.ResponseWriter, r *http.Request) error {
 	if refused == nil {
 		refused = []flow.Refused{}
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"status": status, "model": s.Model, "flows": slices.Sorted(maps.Keys(s.Engine.Flows)), "refused": refused,
-		"mcp": s.MCP.States()})
+	out := map[string]any{"status": status, "model": s.Model, "flows": slices.Sorted(maps.Keys(s.Engine.Flows)), "refused": refused,
+		"mcp": s.MCP.States()}
+	if s.ModelNote != "" {
+		out["model_note"] = s.ModelNote
+	}
+	writeJSON(w, http.StatusOK, out)
 	return nil
 }
 
@@ -431,9 +437,14 @@ type listQuery struct {
 	FlowID string `json:"flow_id"`
 }
 
-// listInstances serves GET /flow/instances.
+// listInstances serves GET /flow/instances; ?experiment=ID and
+// ?tag=NAME:VALUE (repeated: all of them) pick instances by their tags.
 func (s *Server) listInstances(w http.ResponseWriter, r *http.Request) error {
 	q := listQuery{Limit: 50, FlowID: r.URL.Query().Get("flow_id")}
+	tags, err := tagFilter(r.URL.Query())
+	if err != nil {
+		return err
+	}
 	if l := r.URL.Query().Get("limit"); l != "" {
 		n, err := strconv.Atoi(l)
 		if err != nil {
@@ -444,7 +455,7 @@ func (s *Server) listInstances(w http.ResponseWriter, r *http.Request) error {
 	if err := check(&q); err != nil {
 		return err
 	}
-	list, err := s.Engine.Store.List(r.Context(), flow.ListOptions{FlowID: q.FlowID, Limit: q.Limit})
+	list, err := s.Engine.Store.List(r.Context(), flow.ListOptions{FlowID: q.FlowID, Limit: q.Limit, Tags: tags})
 	if err != nil {
 		return err
 	}
@@ -453,6 +464,27 @@ func (s *Server) listInstances(w http.ResponseWriter, r *http.Request) error {
 	}
 	writeJSON(w, http.StatusOK, list)
 	return nil
+}
+
+// tagFilter reads a listing's tags: ?experiment=ID is ?tag=experiment:ID.
+func tagFilter(query url.Values) (map[string]string, error) {
+	tags := map[string]string{}
+	var fields []FieldError
+	for _, t := range query["tag"] {
+		name, value, ok := strings.Cut(t, ":")
+		if !ok || !flow.TagName(name) {
+			fields = append(fields, FieldError{"tag", fmt.Sprintf("%q: want NAME:VALUE, NAME letters, digits, _ and - (experiment, condition, label, sample, repeat)", t)})
+			continue
+		}
+		tags[name] = value
+	}
+	if id := query.Get("experiment"); id != "" {
+		tags["experiment"] = id
+	}
+	if fields != nil {
+		return nil, &Error{Status: http.StatusBadRequest, Code: "invalid_request", Message: "invalid request", Fields: fields}
+	}
+	return tags, nil
 }
 
 // getInstance serves GET /flow/instances/{id}, and with include_hidden=true
@@ -478,6 +510,9 @@ func (s *Server) getInstance(w http.ResponseWriter, r *http.Request) error {
 	out := map[string]any{"instance_id": inst.ID, "flow_id": inst.FlowID, "status": st.Status, "steps": steps}
 	if pending != nil {
 		out["reviews"] = pending
+	}
+	if len(inst.Tags) > 0 {
+		out["tags"] = inst.Tags
 	}
 	writeJSON(w, http.StatusOK, out)
 	return nil

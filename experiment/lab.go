@@ -57,6 +57,11 @@ var (
 	ErrShutdown = errors.New("experiment: the server is shutting down")
 )
 
+// ErrFinished is Start's answer for an experiment that has completed: it
+// is not a failure, and a caller says so (RetryErrors runs its failed
+// outcomes again).
+var ErrFinished = errors.New("already finished: nothing is left to run")
+
 // run is an experiment's session in this process.
 type run struct {
 	id     string
@@ -110,7 +115,7 @@ func (l *Lab) Start(ctx context.Context, id string, opts Options) error {
 		return err
 	}
 	if rec.Status == StatusCompleted && !opts.RetryErrors {
-		return fmt.Errorf("experiment %s is completed: %w", id, flow.ErrIdle)
+		return fmt.Errorf("experiment %s: %w", id, ErrFinished)
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -538,7 +543,7 @@ func (l *Lab) events(r *run, j job, opts Options) (instance string, events []flo
 	// commit: a crash between them leaves a record of an instance that
 	// does not exist, which a later session runs anew, or an instance no
 	// record names, empty, which nothing runs.
-	inst := flow.Instance{ID: flow.NewID(), FlowID: j.cond.Flow, CreatedAt: time.Now().UTC()}
+	inst := flow.Instance{ID: flow.NewID(), FlowID: j.cond.Flow, CreatedAt: time.Now().UTC(), Tags: tags(r.id, j.slot)}
 	// Its one slot lets the store's writer report the create and go on,
 	// even when this worker has not come to read it yet.
 	created := make(chan error, 1)

@@ -264,7 +264,7 @@ func (e *Engine) start(ctx context.Context, req Request, review *Review, attach 
 	if isNew {
 		// Queued ahead of the run's events: they wait for it, and a
 		// failure fails the run at its next event.
-		e.Store.Create(Instance{ID: instanceID, FlowID: req.FlowID, CreatedAt: time.Now().UTC()}, run.failed)
+		e.Store.Create(Instance{ID: instanceID, FlowID: req.FlowID, CreatedAt: time.Now().UTC(), Tags: req.Options.Tags}, run.failed)
 	} else {
 		events, err := e.Store.Events(ctx, instanceID, 0)
 		if err != nil {
@@ -488,7 +488,7 @@ func (e *Engine) Recover(ctx context.Context, only func(RunOptions) bool) (int, 
 		if reason != "" {
 			end := []Event{
 				{ID: st.LastID + 1, Name: EventError, Time: time.Now().UTC(), Data: ErrorData{"internal", reason}},
-				{ID: st.LastID + 2, Name: EventDone, Time: time.Now().UTC(), Data: Done{InstanceID: inst.ID, Status: StatusFailed}},
+				{ID: st.LastID + 2, Name: EventDone, Time: time.Now().UTC(), Data: Done{InstanceID: inst.ID, Status: StatusFailed, Usage: &RunUsage{}}},
 			}
 			// Held events stay unseen: the run ends without their judgement.
 			if err := Wait(func(done func(error)) { e.Store.Settle(inst.ID, end, done) }); err != nil {

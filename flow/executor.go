@@ -998,7 +998,9 @@ func (r *runner) stepOf(node *Node, task *Task, reply Reply, err error) (Step, e
 }
 
 // runUsage adds up the tokens of this run's steps and of the calls that
-// made none.
+// made none. It is never nil: done always carries usage, zeros included
+// (a model that reports no tokens, as the offline one), so that a script
+// reading done.usage never finds it missing.
 func (r *runner) runUsage() *RunUsage {
 	u := r.usage
 	for _, s := range r.steps[min(r.turn+1, len(r.steps)):] {
@@ -1006,9 +1008,6 @@ func (r *runner) runUsage() *RunUsage {
 			u.PromptTokens += s.Usage.PromptTokens
 			u.CompletionTokens += s.Usage.CompletionTokens
 		}
-	}
-	if u == (RunUsage{}) {
-		return nil
 	}
 	return &u
 }

@@ -65,7 +65,7 @@ func (e *Engine) dispatch(ctx context.Context, req Request, review *Review, watc
 	var st State
 	if d.InstanceID == "" {
 		d.InstanceID = NewID()
-		d.Instance = &Instance{ID: d.InstanceID, FlowID: req.FlowID, CreatedAt: time.Now().UTC()}
+		d.Instance = &Instance{ID: d.InstanceID, FlowID: req.FlowID, CreatedAt: time.Now().UTC(), Tags: req.Options.Tags}
 	} else {
 		inst, err := e.Store.Get(ctx, d.InstanceID)
 		if err != nil {
@@ -215,7 +215,7 @@ func (e *Engine) failRun(run *liveRun, turn Turn, claim *Claim, reason string) {
 	info := RunInfo{FlowID: turn.FlowID, InstanceID: turn.InstanceID, RunID: turn.RunID, Resumed: true}
 	ctx := e.Exec.Observe.runStarted(context.Background(), info)
 	defer e.Exec.Observe.runEnded(ctx, info, Outcome{Status: StatusFailed, Err: errors.New(reason)})
-	end := []Event{{Name: EventError, Data: ErrorData{"internal", reason}}, {Name: EventDone, Data: Done{InstanceID: turn.InstanceID, Status: StatusFailed}}}
+	end := []Event{{Name: EventError, Data: ErrorData{"internal", reason}}, {Name: EventDone, Data: Done{InstanceID: turn.InstanceID, Status: StatusFailed, Usage: &RunUsage{}}}}
 	if err := e.publish(turn.InstanceID, run, end, true); err != nil {
 		e.runLog(turn).Error("run's end not recorded", "err", err)
 	}

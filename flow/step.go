@@ -193,7 +193,7 @@ type (
 		InstanceID string        `json:"instance_id"`
 		Status     string        `json:"status"`
 		Response   string        `json:"response"`
-		Usage      *RunUsage     `json:"usage,omitempty"`
+		Usage      *RunUsage     `json:"usage,omitempty"`  // always set; nil only in a log written before it was
 		Replay     *ReplayCounts `json:"replay,omitempty"` // of a replayed run
 		// ToolCalls, for a run awaiting_tool_result, are the calls the
 		// client is to run and answer (SPEC §4a).

@@ -151,7 +151,7 @@ func parseConfig(cmd string, args []string, getenv func(string) string, stderr i
 	since := ""
 	switch cmd {
 	case "experiment":
-		fs.StringVar(&c.Out, "out", "", "run, resume, replay: where results.jsonl and report.md, .json, .csv, .tex and .svg go (default results/ID)")
+		fs.StringVar(&c.Out, "out", "", "run, resume, replay: where results.jsonl and report.md, .json, .csv, .tex and .svg go, remembered for the experiment's later commands (default: where it last went, else results/ID)")
 		fs.BoolVar(&c.NoCache, "no-cache", false, "run, resume, replay: make every model call again, the reply cache unused")
 		fs.BoolVar(&c.RetryErrors, "retry-errors", false, "resume: run again the outcomes whose runs failed")
 		fs.StringVar(&c.Format, "format", "md", "report: md, json, csv, latex or svg; compare: md or json")

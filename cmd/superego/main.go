@@ -263,7 +263,7 @@ func serve(ctx context.Context, cfg config, stdout, stderr io.Writer, ready chan
 	}
 	model, _ := w.providers.Model("")
 	srv := &http.Server{
-		Handler: (&api.Server{Engine: engine, Experiments: w.lab, Workspaces: &tools.Workspaces{Root: cfg.Workspaces}, Refused: refused, Model: healthModel(model.Name),
+		Handler: (&api.Server{Engine: engine, Experiments: w.lab, Workspaces: &tools.Workspaces{Root: cfg.Workspaces}, Refused: refused, Model: healthModel(model.Name), ModelNote: healthNote(model.Name),
 			MCP: w.mcp, AdminToken: cfg.AdminToken, APIKeys: cfg.APIKeys, UpstreamModels: cfg.UpstreamModels, Log: log, WriteTimeout: cfg.WriteTimeout, MaxStreams: cfg.MaxStreams,
 			Metrics: ops.metrics, Streams: ops.tel.StreamSubscribers()}).Handler(),
 		ReadHeaderTimeout: 10 * time.Second,
@@ -279,7 +279,7 @@ func serve(ctx context.Context, cfg config, stdout, stderr io.Writer, ready chan
 		return err
 	}
 	addr := ln.Addr().String()
-	log.Info("listening", "addr", "http://"+addr, "model", model.Name, "flows", len(engine.Flows), "refused", len(refused), "db", redactedDB(cfg.DB))
+	log.Info("listening", "addr", "http://"+addr, "model", model.Name, "flows", len(engine.Flows), "refused", len(refused), "db", redactedDB(cfg.DB), "traces", ops.traces)
 	if model.Name == agents.OfflineName {
 		log.Warn("the model is the built-in offline model, not a language model: set SUPEREGO_MODEL, OPENAI_API_KEY or ANTHROPIC_API_KEY for real judgments")
 	}
@@ -319,12 +319,24 @@ func redactedDB(db string) string {
 	return db
 }
 
+// healthModel is the model as /healthz names it: the built-in one is
+// "offline", which clients know it by; healthNote says plainly what it is.
 func healthModel(name string) string {
 	if name == agents.OfflineName {
 		return "offline"
 	}
 	return name
 }
+
+func healthNote(name string) string {
+	if name == agents.OfflineName {
+		return offlineNote
+	}
+	return ""
+}
+
+// offlineNote is /healthz's model_note for the offline model.
+const offlineNote = "the built-in offline model: not a language model; it judges nothing, and answers every call with a fixed, labelled reply. Set SUPEREGO_MODEL, OPENAI_API_KEY or ANTHROPIC_API_KEY for real judgments"
 
 // validateFlows checks flow files and prints every problem; it exits 1 if
 // any file is refused.
