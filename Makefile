@@ -13,7 +13,7 @@ test:
 	@test -n "$$SUPEREGO_CHROME" || echo "skipped: the browser tests (api TestPageInBrowser); set SUPEREGO_CHROME to a Chromium binary, as .ci/run does"
 	@test -n "$$SUPEREGO_CLAUDE" || echo "skipped: sg's end-to-end test with the real Claude Code CLI (cmd/sg TestClaudeCode); set SUPEREGO_CLAUDE to claude from npm @anthropic-ai/claude-code, as .ci/run does"
 	@test -n "$$SUPEREGO_TEST_POSTGRES" || echo "skipped: the PostgreSQL tests (postgres, replica, cmd/superego *Postgres* and *Replica*); set SUPEREGO_TEST_POSTGRES to a server's URL, as .ci/run does"
-	@test -n "$$SUPEREGO_OPENAI_NODE" || echo "skipped: OpenAI's JavaScript client against the server (api TestOpenAINodeClient); set SUPEREGO_OPENAI_NODE to a directory where npm installed api/testdata/package.json, as .ci/run does"
+	@test -n "$$SUPEREGO_OPENAI_NODE" || echo "skipped: OpenAI's JavaScript client, OpenAI's Agents SDK and the Vercel AI SDK against the server (api TestOpenAINodeClient, TestOpenAINodeClientTools, TestAgentFrameworks); set SUPEREGO_OPENAI_NODE to a directory where npm installed api/testdata/package.json, as .ci/run does"
 	@test -n "$$SUPEREGO_PROMPTFOO" || echo "skipped: promptfoo reading a flow's guardrails (api TestPromptfooReadsGuardrails); set SUPEREGO_PROMPTFOO to promptfoo from npm, as .ci/run does"
 	@test -n "$$SUPEREGO_MCP_NODE" || echo "skipped: the tests with the MCP filesystem server from npm (tools TestNodeFilesystemServer, cmd/superego TestServeWithNodeMCPServer); set SUPEREGO_MCP_NODE to mcp-server-filesystem from npm @modelcontextprotocol/server-filesystem, as .ci/run does"
 

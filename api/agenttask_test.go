@@ -133,24 +133,42 @@ func newTaskFixture(t *testing.T) *fixture {
 	return f
 }
 
-// instanceOf is an instance as GET /flow/instances/{id} shows it.
-type instanceOf struct {
-	Status string      `json:"status"`
-	Steps  []flow.Step `json:"steps"`
+// taskRecord is an instance as a client reads it (GET
+// /flow/instances/{id}), and as the research view shows it, with what its
+// withheld steps held.
+type taskRecord struct {
+	Status   string
+	Steps    []flow.Step
+	Research []flow.Step
+	raw      string
 }
 
-func getInstance(t *testing.T, f *fixture, id string) (instanceOf, string) {
+func recordOf(t *testing.T, f *fixture, id string) taskRecord {
 	t.Helper()
-	raw := body(t, f.do(t, "GET", "/flow/instances/"+id, ""))
-	var inst instanceOf
-	if err := json.Unmarshal([]byte(raw), &inst); err != nil {
-		t.Fatalf("GET /flow/instances/%s: %v\n%s", id, err, raw)
+	var rec taskRecord
+	rec.raw = body(t, f.do(t, "GET", "/flow/instances/"+id, ""))
+	var hidden struct {
+		Steps []flow.Research `json:"steps"`
 	}
-	return inst, raw
+	if err := json.Unmarshal([]byte(rec.raw), &rec); err != nil {
+		t.Fatalf("GET /flow/instances/%s: %v\n%s", id, err, rec.raw)
+	}
+	if err := json.Unmarshal([]byte(research(t, f, id)), &hidden); err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range hidden.Steps {
+		s := r.Step
+		if s.Withheld != "" {
+			s.Response, s.ToolUsage = r.Hidden.WithheldResponse, r.Hidden.WithheldToolUsage
+		}
+		rec.Research = append(rec.Research, s)
+	}
+	return rec
 }
 
 // trace is an instance's steps in short: node:decision, what a judgement
-// judged, and each call with how it was decided.
+// judged, each call with how it was decided and what became of it, and
+// whether the step was withheld.
 func trace(steps []flow.Step) string {
 	var out []string
 	for _, s := range steps {
@@ -173,9 +191,19 @@ func trace(steps []flow.Step) string {
 			}
 			e += "]"
 		}
+		if s.Withheld != "" {
+			e += "/withheld"
+		}
 		out = append(out, e)
 	}
 	return strings.Join(out, " ")
+}
+
+// ranCall is a call a client ran.
+type ranCall struct {
+	Tool string            `json:"tool"`
+	ID   string            `json:"id"`
+	Args map[string]string `json:"args"`
 }
 
 // clientLoop is an agent framework's loop over raw HTTP: it asks, runs each
@@ -183,7 +211,7 @@ func trace(steps []flow.Step) string {
 // sends the results back with the whole conversation, and goes on until
 // the answer has no calls; extra is more of the request's parameters. It
 // returns every answer, and the calls it ran.
-func clientLoop(t *testing.T, f *fixture, user, extra string) (answers []agentReply, ran []string) {
+func clientLoop(t *testing.T, f *fixture, user, extra string) (answers []agentReply, ran []ranCall) {
 	t.Helper()
 	msgs := []any{map[string]string{"role": "user", "content": user}}
 	for len(answers) < 6 {
@@ -201,18 +229,93 @@ func clientLoop(t *testing.T, f *fixture, user, extra string) (answers []agentRe
 		calls := a.Choices[0].Message.ToolCalls
 		msgs = append(msgs, map[string]any{"role": "assistant", "content": nil, "tool_calls": calls})
 		for _, c := range calls {
-			var args map[string]string
-			json.Unmarshal([]byte(c.Function.Arguments), &args)
-			result := "Sunny, 21°C in " + args["city"]
-			if c.Function.Name == "send_email" {
-				result = "sent to " + args["to"]
+			r := ranCall{Tool: c.Function.Name, ID: c.ID}
+			json.Unmarshal([]byte(c.Function.Arguments), &r.Args)
+			result := "Sunny, 21°C in " + r.Args["city"]
+			if r.Tool == "send_email" {
+				result = "sent to " + r.Args["to"]
 			}
-			ran = append(ran, c.Function.Name+" "+c.Function.Arguments)
+			ran = append(ran, r)
 			msgs = append(msgs, map[string]string{"role": "tool", "tool_call_id": c.ID, "content": result})
 		}
 	}
 	t.Fatalf("the task took more than %d requests", len(answers))
 	return nil, nil
+}
+
+// checkTask checks a task that asked for the weather in city to be
+// e-mailed to me@example.com: the client ran get_weather(city), then
+// send_email to me@example.com, each once; its answer says what was
+// refused; and its instance records every call and how it was decided.
+// What a client reads of it shows nothing hidden, and each call the
+// client ran is one its judge accepted, by id. The research view shows
+// the refused call, judged by the step a client sees refuse it, and the
+// results the client sent.
+func checkTask(t *testing.T, f *fixture, id, city, answer string, ran []ranCall) {
+	t.Helper()
+	weather := "Sunny, 21°C in " + city
+	if want := weather + ". E-mailed to me@example.com. (refused by action_superego: Mail to evil.example was not asked for.)"; answer != want {
+		t.Errorf("the agent answered %q; want %q", answer, want)
+	}
+	if len(ran) != 2 || ran[0].Tool != "get_weather" || ran[0].Args["city"] != city ||
+		ran[1].Tool != "send_email" || ran[1].Args["to"] != "me@example.com" || ran[1].Args["body"] != weather {
+		t.Fatalf("the client ran %+v; want get_weather(%s), then send_email to me@example.com, each once", ran, city)
+	}
+	rec := recordOf(t, f, id)
+	noLeak(t, "the instance", rec.raw)
+	if rec.Status != flow.StatusCompleted || len(rec.Steps) == 0 || rec.Steps[0].Role != flow.RoleUser {
+		t.Fatalf("status %s, steps %+v", rec.Status, rec.Steps)
+	}
+	// Every judgement is shown; the steps of the rounds the output
+	// superego had not judged when the run paused for the client are
+	// withheld, but for the calls that went to the client and their
+	// judgements.
+	for _, c := range []struct{ view, got, want string }{
+		{"what a client reads", trace(rec.Steps[1:]), "input_superego:ACCEPT" +
+			" action_superego:ACCEPT(call get_weather) agent:NEEDS_TOOL[get_weather ACCEPT sent]/withheld" +
+			" action_superego:ACCEPT(result get_weather)/withheld agent:NEEDS_TOOL/withheld" +
+			" action_superego:BLOCK(call send_email)/withheld agent:NEEDS_TOOL/withheld" +
+			" action_superego:ACCEPT(call send_email) agent:NEEDS_TOOL[send_email ACCEPT sent]/withheld" +
+			" action_superego:ACCEPT(result send_email) agent:NEEDS_TOOL[send_email ACCEPT ran] agent:COMPLETE output_superego:ACCEPT"},
+		{"the research view", trace(rec.Research[1:]), "input_superego:ACCEPT" +
+			" action_superego:ACCEPT(call get_weather) agent:NEEDS_TOOL[get_weather ACCEPT sent]/withheld" +
+			" action_superego:ACCEPT(result get_weather)/withheld agent:NEEDS_TOOL[get_weather ACCEPT ran]/withheld" +
+			" action_superego:BLOCK(call send_email)/withheld agent:NEEDS_TOOL[send_email BLOCK refused]/withheld" +
+			" action_superego:ACCEPT(call send_email) agent:NEEDS_TOOL[send_email ACCEPT sent]/withheld" +
+			" action_superego:ACCEPT(result send_email) agent:NEEDS_TOOL[send_email ACCEPT ran] agent:COMPLETE output_superego:ACCEPT"},
+	} {
+		if c.got != c.want {
+			t.Errorf("the task's record, as %s:\n%s\nwant\n%s", c.view, c.got, c.want)
+		}
+	}
+	judgements := map[string]flow.Step{}
+	for _, s := range rec.Steps {
+		if s.Judged != nil && s.Judged.Kind == flow.KindCall {
+			judgements[s.Judged.ToolCallID] = s
+		}
+	}
+	for _, r := range ran {
+		if j, ok := judgements[r.ID]; !callIDRe.MatchString(r.ID) || !ok || j.Decision != flow.Accept || j.Judged.ToolName != r.Tool {
+			t.Errorf("the client ran %s as %q, which no judge accepted", r.Tool, r.ID)
+		}
+	}
+	var refused []flow.ToolUse
+	for _, s := range rec.Research {
+		for _, u := range s.ToolUsage {
+			if u.Refused {
+				refused = append(refused, u)
+			}
+		}
+	}
+	if len(refused) != 1 {
+		t.Fatalf("%d refused calls on record; want 1", len(refused))
+	}
+	u, j := refused[0], judgements[refused[0].ID]
+	if u.ToolName != "send_email" || !strings.Contains(string(u.Input), "audit@evil.example") || u.Output != "refused by action_superego: Mail to evil.example was not asked for." ||
+		u.JudgedBy == nil || u.JudgedBy.Node != "action_superego" || u.JudgedBy.Decision != flow.Block || u.JudgedBy.StepID != j.StepID || j.Decision != flow.Block ||
+		slices.ContainsFunc(ran, func(r ranCall) bool { return r.ID == u.ID }) {
+		t.Errorf("the refused call %+v, judged by step %+v", u, j)
+	}
 }
 
 // A task of three requests over raw HTTP: the second request's results
@@ -223,20 +326,16 @@ func clientLoop(t *testing.T, f *fixture, user, extra string) (answers []agentRe
 func TestAGuardedTaskOverThreeRequests(t *testing.T) {
 	f := newTaskFixture(t)
 	answers, ran := clientLoop(t, f, "What is the weather in Paris? E-mail it to me@example.com.", "")
-	want := []string{`get_weather {"city":"Paris"}`, `send_email {"body":"Sunny, 21°C in Paris","to":"me@example.com"}`}
-	if !slices.Equal(ran, want) {
-		t.Errorf("the client ran %q; want %q", ran, want)
-	}
 	last := answers[len(answers)-1]
-	if len(answers) != 3 || last.status != 200 || last.Choices[0].FinishReason != "stop" ||
-		*last.Choices[0].Message.Content != "Sunny, 21°C in Paris. E-mailed to me@example.com. (refused by action_superego: Mail to evil.example was not asked for.)" {
+	if len(answers) != 3 || last.status != 200 || last.Choices[0].FinishReason != "stop" {
 		t.Fatalf("%d answers, the last: %s", len(answers), last.raw)
 	}
 	for i, a := range answers {
-		if a.instance != answers[0].instance {
-			t.Errorf("answer %d is of instance %s, not %s", i, a.instance, answers[0].instance)
+		if a.instance != answers[0].instance || strings.Contains(a.raw, "audit@evil.example") {
+			t.Errorf("answer %d, of instance %s, not %s:\n%s", i, a.instance, answers[0].instance, a.raw)
 		}
 	}
+	checkTask(t, f, answers[0].instance, "Paris", *last.Choices[0].Message.Content, ran)
 	for _, r := range f.model.Requests() {
 		if r.Node() != "agent" {
 			continue
@@ -250,9 +349,5 @@ func TestAGuardedTaskOverThreeRequests(t *testing.T) {
 				seen[c.ID] = true
 			}
 		}
-	}
-	inst, _ := getInstance(t, f, answers[0].instance)
-	if inst.Status != flow.StatusCompleted {
-		t.Errorf("status %s", inst.Status)
 	}
 }
