@@ -120,13 +120,18 @@ func taskModel(r agentstest.Request) agentstest.Answer {
 // the /v1 fixtures' API keys.
 func newTaskFixture(t *testing.T) *fixture {
 	t.Helper()
+	return newTaskFixtureOn(t, &flow.MemStore{})
+}
+
+func newTaskFixtureOn(t *testing.T, store flow.Store) *fixture {
+	t.Helper()
 	def, err := os.ReadFile("../flows/guarded_agent.json")
 	if err != nil {
 		t.Fatal(err)
 	}
 	model := agentstest.OpenAI(t, taskModel)
 	p := &agents.Providers{Default: "openai:gpt-test", OpenAIKey: "k", OpenAIBaseURL: model.URL + "/v1"}
-	f := serveWith(t, map[string]string{"guarded_agent": string(def)}, &flow.MemStore{}, p.Model, 0, func(s *api.Server) {
+	f := serveWith(t, map[string]string{"guarded_agent": string(def)}, store, p.Model, 0, func(s *api.Server) {
 		s.APIKeys = []string{apiKey, otherAPIKey}
 	})
 	f.model = model
