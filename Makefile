@@ -44,6 +44,13 @@ bench-peer:
 bench-gating:
 	$(GO) run ./bench/gating
 
+# An agent framework's task of three tool round trips through guarded_agent
+# against the same task straight to the model (issue 31);
+# bench/agent_overhead/README.md.
+.PHONY: bench-agent
+bench-agent:
+	$(GO) run ./bench/agent_overhead
+
 # Speculation against OpenAI's Agents SDK for JavaScript (issue 17);
 # bench/speculation/README.md. npm ci installs the SDK at its pinned version
 # in bench/speculation/node_modules, which git ignores; without npm, or
