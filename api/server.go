@@ -65,6 +65,7 @@ type Server struct {
 	Streams Gauge
 
 	frames    frameCache
+	sent      callIndex // the calls /v1 clients were sent, by instance
 	streamsMu sync.Mutex
 	streams   int
 }

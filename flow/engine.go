@@ -10,6 +10,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -63,6 +64,10 @@ type liveRun struct {
 	ended   bool           // log is complete
 	subs    map[*Subscription]struct{}
 	watch   func(Event) // Run's watcher, if any: called in deliver
+	// finished: its done is delivered, and a client may act on it before
+	// the run has let go of its instance; free is closed once it has.
+	finished atomic.Bool
+	free     chan struct{}
 }
 
 // pendingEvent waits until it, and every event before it, is durable.
@@ -73,7 +78,7 @@ type pendingEvent struct {
 
 func newLiveRun() *liveRun {
 	// Sized for a typical run, so its events rarely copy as they arrive.
-	run := &liveRun{subs: map[*Subscription]struct{}{}, pending: make([]pendingEvent, 0, 8)}
+	run := &liveRun{subs: map[*Subscription]struct{}{}, pending: make([]pendingEvent, 0, 8), free: make(chan struct{})}
 	run.drained.L = &run.mu
 	return run
 }
@@ -257,8 +262,23 @@ func (e *Engine) start(ctx context.Context, req Request, review *Review, attach 
 		return nil, Turn{}, err
 	}
 	run := newLiveRun()
-	if err := e.reserve(instanceID, run); err != nil {
-		return nil, Turn{}, err
+	for {
+		err := e.reserve(instanceID, run)
+		if err == nil {
+			break
+		}
+		// A run that has sent its done is letting go of the instance: its
+		// client, which may answer at once (with its tools' results,
+		// §4a), waits for that rather than being refused.
+		free := e.finishing(instanceID)
+		if !errors.Is(err, ErrBusy) || free == nil {
+			return nil, Turn{}, err
+		}
+		select {
+		case <-free:
+		case <-ctx.Done():
+			return nil, Turn{}, err
+		}
 	}
 	var st State
 	if isNew {
@@ -533,8 +553,27 @@ func (e *Engine) reserve(id string, run *liveRun) error {
 	return nil
 }
 
+// finishing is closed once the instance's run, which has delivered its
+// done, lets go of the instance; it is nil while the run goes on.
+func (e *Engine) finishing(id string) <-chan struct{} {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	switch run := e.live[id]; {
+	case run == nil: // let go of since
+		c := make(chan struct{})
+		close(c)
+		return c
+	case run.finished.Load():
+		return run.free
+	}
+	return nil
+}
+
 func (e *Engine) release(id string) {
 	e.mu.Lock()
+	if run := e.live[id]; run != nil {
+		close(run.free)
+	}
 	delete(e.live, id)
 	e.gen++
 	delete(e.backlogs, id)
@@ -640,6 +679,9 @@ func (run *liveRun) deliver() {
 		}
 		if run.watch != nil {
 			run.watch(run.pending[n].ev)
+		}
+		if run.pending[n].ev.Name == EventDone {
+			run.finished.Store(true)
 		}
 	}
 	if n == 0 {

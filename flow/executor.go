@@ -1101,7 +1101,10 @@ func (r *runner) task(steps []Step, held map[string]bool, node *Node) *Task {
 	}
 	this := steps[r.turn+1:]
 	i := len(this)
-	for i > 0 && this[i-1].Node == node.Name && (this[i-1].Decision == NeedsTool || this[i-1].AgentID == Reviewer) {
+	// The agent's rounds just before, with the judgements of their calls
+	// (§3c) between them: a judgement is no reason to forget a round, and
+	// a judge's guidance is for no agent.
+	for i > 0 && (this[i-1].Judged != nil || this[i-1].Node == node.Name && (this[i-1].Decision == NeedsTool || this[i-1].AgentID == Reviewer)) {
 		i--
 	}
 	t.ToolRounds = toolRounds(this[i:])
@@ -1141,18 +1144,19 @@ func (r *runner) task(steps []Step, held map[string]bool, node *Node) *Task {
 }
 
 // toolRounds are an agent's tool rounds as its model reads them: a call
-// that waited for a person's review is read where it ran, or was refused,
-// once answered, and the answers themselves are no rounds.
+// that waited for a person's review, or for a client's result (§4a), is
+// read where it ran, or was refused, once answered; the answers
+// themselves, and the judgements of the calls, are no rounds.
 func toolRounds(steps []Step) []Step {
 	waited := func(s Step) bool {
-		return s.AgentID == Reviewer || slices.ContainsFunc(s.ToolUsage, func(u ToolUse) bool { return u.Awaiting || u.AwaitingResult })
+		return s.AgentID == Reviewer || s.Judged != nil || slices.ContainsFunc(s.ToolUsage, func(u ToolUse) bool { return u.Awaiting || u.AwaitingResult })
 	}
 	if !slices.ContainsFunc(steps, waited) {
 		return steps
 	}
 	out := make([]Step, 0, len(steps))
 	for j, s := range steps {
-		if s.AgentID == Reviewer {
+		if s.AgentID == Reviewer || s.Judged != nil {
 			continue
 		}
 		later := map[string]bool{}
