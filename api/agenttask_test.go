@@ -273,19 +273,19 @@ func checkTask(t *testing.T, f *fixture, id, city, answer string, ran []ranCall)
 	}
 	// Every judgement is shown; the steps of the rounds the output
 	// superego had not judged when the run paused for the client are
-	// withheld, but for the calls that went to the client and their
-	// judgements.
+	// withheld, but for the calls that went to the client, the calls a
+	// judge refused, and their judgements.
 	for _, c := range []struct{ view, got, want string }{
 		{"what a client reads", trace(rec.Steps[1:]), "input_superego:ACCEPT" +
 			" action_superego:ACCEPT(call get_weather) agent:NEEDS_TOOL[get_weather ACCEPT sent]/withheld" +
 			" action_superego:ACCEPT(result get_weather)/withheld agent:NEEDS_TOOL/withheld" +
-			" action_superego:BLOCK(call send_email)/withheld agent:NEEDS_TOOL/withheld" +
+			" action_superego:BLOCK(call send_email) agent:NEEDS_TOOL[send_email BLOCK refused]/withheld" +
 			" action_superego:ACCEPT(call send_email) agent:NEEDS_TOOL[send_email ACCEPT sent]/withheld" +
 			" action_superego:ACCEPT(result send_email) agent:NEEDS_TOOL[send_email ACCEPT ran] agent:COMPLETE output_superego:ACCEPT"},
 		{"the research view", trace(rec.Research[1:]), "input_superego:ACCEPT" +
 			" action_superego:ACCEPT(call get_weather) agent:NEEDS_TOOL[get_weather ACCEPT sent]/withheld" +
 			" action_superego:ACCEPT(result get_weather)/withheld agent:NEEDS_TOOL[get_weather ACCEPT ran]/withheld" +
-			" action_superego:BLOCK(call send_email)/withheld agent:NEEDS_TOOL[send_email BLOCK refused]/withheld" +
+			" action_superego:BLOCK(call send_email) agent:NEEDS_TOOL[send_email BLOCK refused]/withheld" +
 			" action_superego:ACCEPT(call send_email) agent:NEEDS_TOOL[send_email ACCEPT sent]/withheld" +
 			" action_superego:ACCEPT(result send_email) agent:NEEDS_TOOL[send_email ACCEPT ran] agent:COMPLETE output_superego:ACCEPT"},
 	} {
