@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"iter"
 	"log/slog"
+	"maps"
+	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -33,9 +35,10 @@ type Engine struct {
 	variants variants
 
 	mu       sync.Mutex
-	live     map[string]*liveRun // by instance id
-	backlogs map[string]*backlog // idle instances' logs, shared by their readers
-	gen      int64               // counts runs reserved and released: a backlog read across one may be stale
+	live     map[string]*liveRun    // by instance id
+	backlogs map[string]*backlog    // idle instances' logs, shared by their readers
+	unsaved  map[string]*lostEnding // by instance id: endings of lost runs not recorded yet
+	gen      int64                  // counts runs reserved and released: a backlog read across one may be stale
 	closed   bool
 	wg       sync.WaitGroup
 }
@@ -51,15 +54,16 @@ type liveRun struct {
 	ctx    context.Context // the run's own: it outlives the request that started it
 	cancel context.CancelCauseFunc
 
-	mu      sync.Mutex // orders numbering, delivery and subscribing
-	seq     int64
-	pending []pendingEvent // published, not yet delivered: in order
-	err     error          // the first write that failed; the run fails at its next event
-	drained sync.Cond      // pending became empty
-	log     []Event        // delivered events, kept while the run has subscribers to read them
-	ended   bool           // log is complete
-	subs    map[*Subscription]struct{}
-	watch   func(Event) // Run's watcher, if any: called in deliver
+	mu        sync.Mutex // orders numbering, delivery and subscribing
+	seq       int64
+	pending   []pendingEvent // published, not yet delivered: in order
+	err       error          // the first write that failed; the run fails at its next event
+	uncreated bool           // its instance's creation failed: it has no log to end
+	drained   sync.Cond      // pending became empty
+	log       []Event        // delivered events, kept while the run has subscribers to read them
+	ended     bool           // log is complete
+	subs      map[*Subscription]struct{}
+	watch     func(Event) // Run's watcher, if any: called in deliver
 }
 
 // pendingEvent waits until it, and every event before it, is durable.
@@ -253,6 +257,10 @@ func (e *Engine) start(ctx context.Context, req Request, review *Review, attach 
 	if err != nil {
 		return nil, Turn{}, err
 	}
+	e.saveEndings()
+	if err := e.savedEnding(instanceID); err != nil {
+		return nil, Turn{}, err // its last run's ids are not in its log yet
+	}
 	run := newLiveRun()
 	if err := e.reserve(instanceID, run); err != nil {
 		return nil, Turn{}, err
@@ -261,7 +269,7 @@ func (e *Engine) start(ctx context.Context, req Request, review *Review, attach 
 	if isNew {
 		// Queued ahead of the run's events: they wait for it, and a
 		// failure fails the run at its next event.
-		e.Store.Create(Instance{ID: instanceID, FlowID: req.FlowID, CreatedAt: time.Now().UTC()}, run.failed)
+		e.Store.Create(Instance{ID: instanceID, FlowID: req.FlowID, CreatedAt: time.Now().UTC()}, run.created)
 	} else {
 		events, err := e.Store.Events(ctx, instanceID, 0)
 		if err != nil {
@@ -343,8 +351,6 @@ func (e *Engine) run(run *liveRun, turn Turn, claim *Claim) {
 	info := RunInfo{FlowID: turn.FlowID, InstanceID: turn.InstanceID, RunID: turn.RunID, Resumed: turn.Resume && !turn.Opened}
 	ctx := e.Exec.Observe.runStarted(run.ctx, info)
 	out := e.Exec.Run(ctx, turn, sink)
-	e.Exec.Observe.runEnded(ctx, info, out)
-	ended = out.Status != statusInterrupted
 	lost := false
 	if claim != nil {
 		select {
@@ -353,6 +359,13 @@ func (e *Engine) run(run *liveRun, turn Turn, claim *Claim) {
 		default:
 		}
 	}
+	// The run may have ended before it heard that a write failed: it ends
+	// failed all the same. A run whose lease is lost writes nothing more.
+	if err := run.flushed(); err != nil && !lost {
+		out = e.lose(run, turn, err)
+	}
+	e.Exec.Observe.runEnded(ctx, info, out)
+	ended = out.Status != statusInterrupted
 	switch {
 	case out.Status == statusInterrupted && lost:
 		e.runLog(turn).InfoContext(ctx, "run stopped: this replica lost its lease; the replica that holds it now resumes it")
@@ -373,25 +386,130 @@ func (e *Engine) runLog(turn Turn) *slog.Logger {
 	return e.logger().With("run_id", turn.RunID, "instance_id", turn.InstanceID, "flow_id", turn.FlowID)
 }
 
-// end waits until every event of the run is durable, then tells its
-// subscribers there will be no more. It returns the first write that
-// failed.
-func (run *liveRun) end() error {
-	run.cancel(nil)
+// flushed waits until every event published is durable, or dropped after
+// a write that failed, and returns the first write that failed.
+func (run *liveRun) flushed() error {
 	run.mu.Lock()
 	defer run.mu.Unlock()
 	for len(run.pending) > 0 {
-		run.drained.Wait() // the log is whole before the instance is free again
+		run.drained.Wait()
 	}
-	run.ended = true
-	run.wakeAll()
 	return run.err
 }
 
-// endRun ends a run as end does, and logs a write that failed.
-func (e *Engine) endRun(run *liveRun, turn Turn) {
-	if err := run.end(); err != nil {
-		e.runLog(turn).Error("run's events not all recorded", "err", err)
+// end waits until every event of the run is durable, then tells its
+// subscribers there will be no more.
+func (run *liveRun) end() {
+	run.cancel(nil)
+	run.flushed() // the log is whole before the instance is free again
+	run.mu.Lock()
+	defer run.mu.Unlock()
+	run.ended = true
+	run.wakeAll()
+}
+
+// endRun ends a run as end does.
+func (e *Engine) endRun(run *liveRun, _ Turn) { run.end() }
+
+// lose ends a run whose events could not all be written: however far it
+// got, it failed. Its subscribers are told so, with code storage, and the
+// engine records that ending after every id the run numbered; an ending it
+// cannot record yet it keeps, and records as soon as it can (saveEndings),
+// so that no instance reads running once its run has ended.
+func (e *Engine) lose(run *liveRun, turn Turn, cause error) Outcome {
+	run.mu.Lock()
+	now := time.Now().UTC()
+	end := []Event{
+		{ID: run.seq + 1, Name: EventError, Time: now, Data: ErrorData{ErrorCode(cause), cause.Error()}},
+		{ID: run.seq + 2, Name: EventDone, Time: now, Data: Done{InstanceID: turn.InstanceID, Status: StatusFailed}},
+	}
+	run.seq += 2
+	uncreated := run.uncreated
+	run.mu.Unlock()
+	if !uncreated {
+		// Held events are dropped with it: the run ends without their judgement.
+		if err := Wait(func(done func(error)) { e.Store.Settle(turn.InstanceID, end, done) }); err != nil {
+			e.keepEnding(turn.InstanceID, end)
+			e.runLog(turn).Error("the failed run's ending is not recorded yet: its instance reads running until it is", "err", err)
+		}
+	}
+	run.mu.Lock()
+	for _, ev := range end {
+		run.pending = append(run.pending, pendingEvent{ev: ev, ready: true})
+	}
+	run.deliver()
+	run.mu.Unlock()
+	return Outcome{Status: StatusFailed, Err: cause}
+}
+
+// lostEnding is the ending of a run that failed, not recorded yet; mu is held
+// while it is being written, so that it is written once.
+type lostEnding struct {
+	mu     sync.Mutex
+	events []Event
+}
+
+func (e *Engine) keepEnding(id string, events []Event) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.unsaved == nil {
+		e.unsaved = map[string]*lostEnding{}
+	}
+	e.unsaved[id] = &lostEnding{events: events}
+}
+
+// endingOf is the ending of the instance's last run, if it is not recorded.
+func (e *Engine) endingOf(id string) *lostEnding {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.unsaved[id]
+}
+
+// saveEndings queues a write of each ending not recorded yet that is not
+// being written: as requests come, once the store takes writes again.
+func (e *Engine) saveEndings() {
+	e.mu.Lock()
+	todo := map[string]*lostEnding{}
+	for id, u := range e.unsaved {
+		if u.mu.TryLock() {
+			todo[id] = u
+		}
+	}
+	e.mu.Unlock()
+	for id, u := range todo {
+		e.Store.Settle(id, u.events, func(err error) {
+			if err == nil {
+				e.forget(id, u)
+			}
+			u.mu.Unlock()
+		})
+	}
+}
+
+// savedEnding records the ending of the instance's last run, if it is not
+// recorded yet, or reports why it cannot.
+func (e *Engine) savedEnding(id string) error {
+	u := e.endingOf(id)
+	if u == nil {
+		return nil
+	}
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if e.endingOf(id) != u {
+		return nil // written meanwhile
+	}
+	if err := Wait(func(done func(error)) { e.Store.Settle(id, u.events, done) }); err != nil {
+		return fmt.Errorf("instance %s: its last run failed, and its ending is not recorded yet: %w: %w", id, ErrStorage, err)
+	}
+	e.forget(id, u)
+	return nil
+}
+
+func (e *Engine) forget(id string, u *lostEnding) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.unsaved[id] == u {
+		delete(e.unsaved, id)
 	}
 }
 
@@ -500,6 +618,11 @@ func (e *Engine) release(id string) {
 // group together. publish reports the first write that failed.
 func (e *Engine) publish(id string, run *liveRun, evs []Event, settle bool) error {
 	run.mu.Lock()
+	if run.err != nil {
+		err := run.err
+		run.mu.Unlock()
+		return err // nothing more of the run is written, nor shown: it ends failed
+	}
 	queued := time.Now() // with its monotonic reading, for the observer
 	now := queued.UTC()
 	first := run.seq + 1
@@ -532,13 +655,17 @@ func (e *Engine) publish(id string, run *liveRun, evs []Event, settle bool) erro
 	return err
 }
 
-// written marks events first to last durable, or failed, and delivers
-// what is ready.
+// written marks events first to last durable, and delivers what is ready;
+// a write that failed fails the run, and nothing after it is shown.
 func (run *liveRun) written(first, last int64, err error) {
 	run.mu.Lock()
 	defer run.mu.Unlock()
-	if err != nil && run.err == nil {
-		run.err = fmt.Errorf("record events %d to %d: %w", first, last, err)
+	switch {
+	case run.err != nil:
+		return // the run failed at an earlier write: these are not shown
+	case err != nil:
+		run.fail(fmt.Errorf("%w: events %d to %d: %w", ErrStorage, first, last, err))
+		return
 	}
 	// pending is in id order with no gaps, so the events' places are known.
 	base := run.pending[0].ev.ID
@@ -555,9 +682,29 @@ func (run *liveRun) failed(err error) {
 	}
 	run.mu.Lock()
 	defer run.mu.Unlock()
+	run.fail(fmt.Errorf("%w: %w", ErrStorage, err))
+}
+
+// created is the result of the write that creates the run's instance.
+func (run *liveRun) created(err error) {
+	if err == nil {
+		return
+	}
+	run.mu.Lock()
+	defer run.mu.Unlock()
+	run.uncreated = true
+	run.fail(fmt.Errorf("%w: %w", ErrStorage, err))
+}
+
+// fail records the first write that failed and drops the events not
+// delivered yet: they come after it, and a client is shown only what is
+// durable. run.mu is held.
+func (run *liveRun) fail(err error) {
 	if run.err == nil {
 		run.err = err
 	}
+	run.pending = run.pending[:0]
+	run.drained.Broadcast()
 }
 
 // deliver moves the ready prefix of pending to the run's log and wakes its
@@ -682,7 +829,17 @@ func (e *Engine) idle(ctx context.Context, id string, after int64, gen int64) (*
 		e.mu.Unlock()
 	}
 	i := sort.Search(len(b.events), func(i int) bool { return b.events[i].ID > after })
-	return &Subscription{Instance: id, Backlog: b.events[i:], release: func() {
+	backlog := b.events[i:]
+	if u := e.endingOf(id); u != nil {
+		// Its last run failed and its log does not say so yet: a reader
+		// is told as the run's own client was.
+		for _, ev := range u.events {
+			if ev.ID > after {
+				backlog = append(slices.Clip(backlog), ev)
+			}
+		}
+	}
+	return &Subscription{Instance: id, Backlog: backlog, release: func() {
 		e.mu.Lock()
 		defer e.mu.Unlock()
 		if b.refs--; b.refs == 0 && e.backlogs[id] == b {
@@ -705,6 +862,10 @@ func (e *Engine) Cancel(ctx context.Context, id string) error {
 	case run != nil:
 		run.cancel(context.Canceled)
 		return nil
+	case e.endingOf(id) != nil:
+		// Its run has ended, failed, though its log does not say so yet:
+		// recording that ends it.
+		return e.savedEnding(id)
 	case e.Replicas != nil:
 		// Running elsewhere, or queued: its replica is told. A run whose
 		// done is written is over, whatever its claim says.
@@ -730,6 +891,7 @@ func (e *Engine) Close(ctx context.Context) error {
 	go func() { e.wg.Wait(); close(finished) }()
 	select {
 	case <-finished:
+		e.recordEndings()
 		return nil
 	case <-ctx.Done():
 	}
@@ -739,7 +901,39 @@ func (e *Engine) Close(ctx context.Context) error {
 	}
 	e.mu.Unlock()
 	<-finished
+	e.recordEndings()
 	return errors.New("flow.engine: runs interrupted at shutdown")
+}
+
+// recordEndings tries once more to record the endings of failed runs that
+// are not recorded yet, and names those it cannot: the next start finds
+// their runs unfinished, and resumes them.
+func (e *Engine) recordEndings() {
+	e.mu.Lock()
+	ids := slices.Collect(maps.Keys(e.unsaved))
+	e.mu.Unlock()
+	for _, id := range ids {
+		if err := e.savedEnding(id); err != nil {
+			e.logger().Error("a failed run's ending is not recorded: the next start resumes it", "instance_id", id, "err", err)
+		}
+	}
+}
+
+// Events are the instance's recorded events after the given id and, where
+// its last run failed and its log does not say so yet, that run's ending.
+func (e *Engine) Events(ctx context.Context, id string, after int64) ([]Event, error) {
+	events, err := e.Store.Events(ctx, id, after)
+	if err != nil {
+		return nil, err
+	}
+	if u := e.endingOf(id); u != nil {
+		for _, ev := range u.events {
+			if ev.ID > after {
+				events = append(events, ev)
+			}
+		}
+	}
+	return events, nil
 }
 
 func (e *Engine) logger() *slog.Logger {

@@ -5,7 +5,9 @@ import (
 	"errors"
 	"log/slog"
 	"path/filepath"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -233,5 +235,167 @@ func TestReconnectDoesNotStallOtherRuns(t *testing.T) {
 		if late[i].ID <= late[i-1].ID {
 			t.Errorf("event %d after %d", late[i].ID, late[i-1].ID)
 		}
+	}
+}
+
+// fillingStore is a store on a disk that fills up: from the write that
+// fills writes on, every write fails as a full disk's does, until room is
+// made. It remembers the ids of the events whose writes failed.
+type fillingStore struct {
+	flow.MemStore
+	fills func(create bool, events []flow.Event) bool
+
+	mu     sync.Mutex
+	full   bool
+	failed map[int64]bool
+}
+
+var errDiskFull = errors.New("database or disk is full")
+
+func (s *fillingStore) refuses(create bool, events []flow.Event) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.full && s.fills(create, events) {
+		s.full = true
+	}
+	if s.full {
+		for _, ev := range events {
+			s.failed[ev.ID] = true
+		}
+	}
+	return s.full
+}
+
+func (s *fillingStore) room() {
+	s.mu.Lock()
+	s.full = false
+	s.fills = func(bool, []flow.Event) bool { return false }
+	s.mu.Unlock()
+}
+
+func (s *fillingStore) Create(inst flow.Instance, done func(error)) {
+	if s.refuses(true, nil) {
+		done(errDiskFull)
+		return
+	}
+	s.MemStore.Create(inst, done)
+}
+
+func (s *fillingStore) Append(id string, events []flow.Event, done func(error)) {
+	if s.refuses(false, events) {
+		done(errDiskFull)
+		return
+	}
+	s.MemStore.Append(id, events, done)
+}
+
+func (s *fillingStore) Settle(id string, events []flow.Event, done func(error)) {
+	if s.refuses(false, events) {
+		done(errDiskFull)
+		return
+	}
+	s.MemStore.Settle(id, events, done)
+}
+
+func (s *fillingStore) Hold(id string, e flow.Event, done func(error)) {
+	if s.refuses(false, []flow.Event{e}) {
+		done(errDiskFull)
+		return
+	}
+	s.MemStore.Hold(id, e, done)
+}
+
+// has reports whether one of events is named name.
+func has(name string) func(bool, []flow.Event) bool {
+	return func(_ bool, events []flow.Event) bool {
+		return slices.ContainsFunc(events, func(e flow.Event) bool { return e.Name == name })
+	}
+}
+
+// A run whose events cannot all be saved ends failed, with code storage,
+// however far it got: no client is told it completed, and none is shown an
+// event whose write failed. Its ending, if the disk takes no more, is
+// recorded once it does: meanwhile reads and replays say failed, a new run
+// on the instance is refused with the storage error, cancel records the
+// ending, and no instance is left running.
+func TestAFullDiskFailsTheRun(t *testing.T) {
+	ctx := context.Background()
+	for _, c := range []struct {
+		name  string
+		fills func(bool, []flow.Event) bool
+		// created: the instance exists, for the run's first write was saved
+		created bool
+	}{
+		{"at the instance's creation", func(create bool, _ []flow.Event) bool { return create }, false},
+		{"at the run's first write", has(flow.EventRunStart), true},
+		{"at a step", has(flow.EventCompleteStep), true},
+		{"at the last write, with done", has(flow.EventDone), true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			store := &fillingStore{fills: c.fills, failed: map[int64]bool{}}
+			if c.name == "at a step" {
+				store.fills = func(create bool, events []flow.Event) bool {
+					return has(flow.EventCompleteStep)(create, events) && !has(flow.EventRunStart)(create, events)
+				}
+			}
+			e := newEngine(t, agentFunc(func(*flow.Task) (flow.Reply, error) { return reply("ACCEPT", "fine"), nil }), 0)
+			e.Store = store
+			sub, err := e.Start(ctx, flow.Request{FlowID: "one", Input: "hi"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			events := drain(sub)
+			n := len(events)
+			if n < 2 || events[n-2].Name != flow.EventError || events[n-2].Data.(flow.ErrorData).Code != "storage" ||
+				events[n-1].Data.(flow.Done).Status != flow.StatusFailed {
+				t.Fatalf("the run ended %+v", events[max(0, n-2):])
+			}
+			if msg := events[n-2].Data.(flow.ErrorData).Message; !strings.Contains(msg, "database or disk is full") {
+				t.Errorf("error message %q", msg)
+			}
+			for _, ev := range events[:n-2] {
+				if store.failed[ev.ID] {
+					t.Errorf("event %d (%s) was shown, though its write failed", ev.ID, ev.Name)
+				}
+			}
+			if !c.created {
+				if _, err := e.Events(ctx, sub.Instance, 0); !errors.Is(err, flow.ErrNotFound) {
+					t.Errorf("an instance never created: %v", err)
+				}
+				return
+			}
+			// The disk is still full: every read says failed all the same.
+			logged, err := e.Events(ctx, sub.Instance, 0)
+			if err != nil || flow.Replay(logged).Status != flow.StatusFailed {
+				t.Errorf("the instance reads %q, %v", flow.Replay(logged).Status, err)
+			}
+			if replay := drain(mustSubscribe(t, e, sub.Instance)); replay[len(replay)-1].Data.(flow.Done).Status != flow.StatusFailed {
+				t.Errorf("a replay ends %+v", replay[len(replay)-1])
+			}
+			if _, err := e.Start(ctx, flow.Request{FlowID: "one", InstanceID: sub.Instance, Input: "again"}); !errors.Is(err, flow.ErrStorage) {
+				t.Errorf("a new run on the instance: %v", err)
+			}
+			if err := e.Cancel(ctx, sub.Instance); !errors.Is(err, flow.ErrStorage) {
+				t.Errorf("cancel on a full disk: %v", err)
+			}
+			// Room again: cancel records the ending, and nothing runs.
+			store.room()
+			if err := e.Cancel(ctx, sub.Instance); err != nil {
+				t.Errorf("cancel: %v", err)
+			}
+			if running, _ := store.List(ctx, flow.ListOptions{Status: flow.StatusRunning}); len(running) > 0 {
+				t.Errorf("left running: %+v", running)
+			}
+			if stored, _ := store.Events(ctx, sub.Instance, 0); flow.Replay(stored).Status != flow.StatusFailed {
+				t.Errorf("the log says %s", flow.Replay(stored).Status)
+			}
+			again, err := e.Start(ctx, flow.Request{FlowID: "one", InstanceID: sub.Instance, Input: "again"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if evs := drain(again); evs[len(evs)-1].Data.(flow.Done).Status != flow.StatusCompleted {
+				t.Errorf("the next run: %+v", evs[len(evs)-1])
+			}
+		})
 	}
 }

@@ -177,6 +177,10 @@ var (
 	ErrModelOutput      = errors.New("unusable model output")
 	ErrToolFailed       = errors.New("tool failed")
 	ErrTimeout          = errors.New("timed out")
+	// ErrStorage is a write of the store that failed (a full disk, a lost
+	// database): a run whose events could not all be saved ends failed,
+	// never completed.
+	ErrStorage = errors.New("the run's events could not be saved")
 )
 
 // ErrorCode is the stable word an error event carries for err.
@@ -190,6 +194,8 @@ func ErrorCode(err error) string {
 		return "llm_bad_output"
 	case errors.Is(err, ErrToolFailed):
 		return "tool_failed"
+	case errors.Is(err, ErrStorage):
+		return "storage"
 	}
 	return "internal"
 }
