@@ -38,6 +38,7 @@ var statusOf = []struct {
 	{flow.ErrNoReview, http.StatusConflict, "not_awaiting_review"},
 	{flow.ErrTooMany, http.StatusTooManyRequests, "too_many_runs"},
 	{flow.ErrClosed, http.StatusServiceUnavailable, "shutting_down"},
+	{flow.ErrStorage, http.StatusInsufficientStorage, "storage"},
 }
 
 // handler adapts a handler that returns an error; the error is written here,

@@ -575,6 +575,9 @@ func (c *completion) outcome(done flow.Done, runErr *flow.ErrorData) (string, *o
 		if runErr != nil {
 			e.Code, e.Message = runErr.Code, "The flow's run failed (instance "+c.instance+"): "+runErr.Message
 		}
+		if e.Code == "storage" {
+			e.Status = http.StatusInsufficientStorage // the server's disk, not an upstream
+		}
 		return "", e
 	case flow.StatusCancelled:
 		return "", &openAIError{Status: http.StatusConflict, Code: "cancelled", NoRetry: true,

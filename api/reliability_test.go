@@ -18,6 +18,7 @@ import (
 	"superego/agents/agentstest"
 	"superego/api"
 	"superego/flow"
+	"superego/flow/storetest"
 )
 
 // Replies that start as the protocol's object and do not parse, as real
@@ -212,5 +213,76 @@ func TestStalledClientIsDropped(t *testing.T) {
 	}
 	if !strings.Contains(f.logs.String(), "stream client dropped") {
 		t.Errorf("the drop is not logged:\n%.2000s", f.logs)
+	}
+}
+
+// On a full disk, no route tells a client that a run completed which was
+// never saved: the stream ends with an error of code storage and a failed
+// done, the JSON answer says failed, /v1 answers 507 or, streaming, an
+// error chunk then [DONE]. The instance reads failed, and once the disk has
+// room, cancel records it so: nothing is left running.
+func TestAFullDiskFailsEveryRoute(t *testing.T) {
+	const input = `"What is 6*7?"`
+	for _, c := range []struct {
+		route, path, body string
+		header            []string
+		check             func(t *testing.T, resp *http.Response, answer string) (instance string)
+	}{
+		{"execute, SSE", "/flow/execute", `{"flow_id": "calc", "input": ` + input + `}`, nil, func(t *testing.T, resp *http.Response, answer string) string {
+			events := readSSE(t, strings.NewReader(answer))
+			n := len(events)
+			if n < 2 || events[n-2].Name != "error" || !strings.Contains(events[n-2].Data, `"code":"storage"`) ||
+				events[n-1].Name != "done" || !strings.Contains(events[n-1].Data, `"status":"failed"`) {
+				t.Errorf("the stream ends %+v", events[max(0, n-2):])
+			}
+			return uuidRe.FindString(answer)
+		}},
+		{"execute, JSON", "/flow/execute", `{"flow_id": "calc", "input": ` + input + `}`, []string{"Accept", "application/json"}, func(t *testing.T, resp *http.Response, answer string) string {
+			if resp.StatusCode != 200 || !strings.Contains(answer, `"status":"failed"`) || !strings.Contains(answer, `"code":"storage"`) {
+				t.Errorf("%d %.500s", resp.StatusCode, answer)
+			}
+			return uuidRe.FindString(answer)
+		}},
+		{"/v1", "/v1/chat/completions", `{"model": "calc", "messages": [{"role": "user", "content": ` + input + `}]}`, nil, func(t *testing.T, resp *http.Response, answer string) string {
+			if resp.StatusCode != 507 || !strings.Contains(answer, `"code":"storage"`) || !strings.Contains(answer, `"type":"server_error"`) {
+				t.Errorf("%d %.500s", resp.StatusCode, answer)
+			}
+			return resp.Header.Get("X-Superego-Instance-Id")
+		}},
+		{"/v1, streaming", "/v1/chat/completions", `{"model": "calc", "stream": true, "messages": [{"role": "user", "content": ` + input + `}]}`, nil, func(t *testing.T, resp *http.Response, answer string) string {
+			lines := strings.Split(strings.TrimSpace(answer), "\n\n")
+			n := len(lines)
+			if n < 2 || !strings.Contains(lines[n-2], `"code":"storage"`) || lines[n-1] != "data: [DONE]" || strings.Contains(answer, `"finish_reason":"stop"`) {
+				t.Errorf("the stream ends %q", lines[max(0, n-2):])
+			}
+			return resp.Header.Get("X-Superego-Instance-Id")
+		}},
+	} {
+		t.Run(c.route, func(t *testing.T) {
+			store := &storetest.Full{Store: &flow.MemStore{}, Fills: storetest.Has(flow.EventDone)}
+			f := newFixtureOn(t, store, nil, 0)
+			resp := f.do(t, "POST", c.path, c.body, c.header...)
+			answer := body(t, resp)
+			if strings.Contains(answer, "completed") || strings.Contains(answer, `"finish_reason":"stop"`) {
+				t.Errorf("a client was told an unsaved run completed:\n%.1000s", answer)
+			}
+			id := c.check(t, resp, answer)
+			if id == "" {
+				t.Fatalf("no instance in %.300s", answer)
+			}
+			if got := body(t, f.do(t, "GET", "/flow/instances/"+id, "")); !strings.Contains(got, `"status":"failed"`) {
+				t.Errorf("the instance, the disk still full: %.300s", got)
+			}
+			if resp := f.do(t, "POST", "/flow/instances/"+id+"/cancel", ""); resp.StatusCode != 507 {
+				t.Errorf("cancel, the disk still full: %d %s", resp.StatusCode, body(t, resp))
+			}
+			store.Room()
+			if resp := f.do(t, "POST", "/flow/instances/"+id+"/cancel", ""); resp.StatusCode != 202 {
+				t.Errorf("cancel: %d %s", resp.StatusCode, body(t, resp))
+			}
+			if got := body(t, f.do(t, "GET", "/flow/instances", "")); strings.Contains(got, `"running"`) || !strings.Contains(got, `"failed"`) {
+				t.Errorf("the instances: %.500s", got)
+			}
+		})
 	}
 }

@@ -447,7 +447,7 @@ func (s *Server) getInstance(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	events, err := s.Engine.Store.Events(r.Context(), id, 0)
+	events, err := s.Engine.Events(r.Context(), id, 0)
 	if err != nil {
 		return err
 	}

@@ -5,13 +5,12 @@ import (
 	"errors"
 	"log/slog"
 	"path/filepath"
-	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"superego/flow"
+	"superego/flow/storetest"
 	"superego/sqlite"
 )
 
@@ -238,80 +237,6 @@ func TestReconnectDoesNotStallOtherRuns(t *testing.T) {
 	}
 }
 
-// fillingStore is a store on a disk that fills up: from the write that
-// fills writes on, every write fails as a full disk's does, until room is
-// made. It remembers the ids of the events whose writes failed.
-type fillingStore struct {
-	flow.MemStore
-	fills func(create bool, events []flow.Event) bool
-
-	mu     sync.Mutex
-	full   bool
-	failed map[int64]bool
-}
-
-var errDiskFull = errors.New("database or disk is full")
-
-func (s *fillingStore) refuses(create bool, events []flow.Event) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if !s.full && s.fills(create, events) {
-		s.full = true
-	}
-	if s.full {
-		for _, ev := range events {
-			s.failed[ev.ID] = true
-		}
-	}
-	return s.full
-}
-
-func (s *fillingStore) room() {
-	s.mu.Lock()
-	s.full = false
-	s.fills = func(bool, []flow.Event) bool { return false }
-	s.mu.Unlock()
-}
-
-func (s *fillingStore) Create(inst flow.Instance, done func(error)) {
-	if s.refuses(true, nil) {
-		done(errDiskFull)
-		return
-	}
-	s.MemStore.Create(inst, done)
-}
-
-func (s *fillingStore) Append(id string, events []flow.Event, done func(error)) {
-	if s.refuses(false, events) {
-		done(errDiskFull)
-		return
-	}
-	s.MemStore.Append(id, events, done)
-}
-
-func (s *fillingStore) Settle(id string, events []flow.Event, done func(error)) {
-	if s.refuses(false, events) {
-		done(errDiskFull)
-		return
-	}
-	s.MemStore.Settle(id, events, done)
-}
-
-func (s *fillingStore) Hold(id string, e flow.Event, done func(error)) {
-	if s.refuses(false, []flow.Event{e}) {
-		done(errDiskFull)
-		return
-	}
-	s.MemStore.Hold(id, e, done)
-}
-
-// has reports whether one of events is named name.
-func has(name string) func(bool, []flow.Event) bool {
-	return func(_ bool, events []flow.Event) bool {
-		return slices.ContainsFunc(events, func(e flow.Event) bool { return e.Name == name })
-	}
-}
-
 // A run whose events cannot all be saved ends failed, with code storage,
 // however far it got: no client is told it completed, and none is shown an
 // event whose write failed. Its ending, if the disk takes no more, is
@@ -327,17 +252,14 @@ func TestAFullDiskFailsTheRun(t *testing.T) {
 		created bool
 	}{
 		{"at the instance's creation", func(create bool, _ []flow.Event) bool { return create }, false},
-		{"at the run's first write", has(flow.EventRunStart), true},
-		{"at a step", has(flow.EventCompleteStep), true},
-		{"at the last write, with done", has(flow.EventDone), true},
+		{"at the run's first write", storetest.Has(flow.EventRunStart), true},
+		{"at a step", func(create bool, events []flow.Event) bool {
+			return storetest.Has(flow.EventCompleteStep)(create, events) && !storetest.Has(flow.EventRunStart)(create, events)
+		}, true},
+		{"at the last write, with done", storetest.Has(flow.EventDone), true},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			store := &fillingStore{fills: c.fills, failed: map[int64]bool{}}
-			if c.name == "at a step" {
-				store.fills = func(create bool, events []flow.Event) bool {
-					return has(flow.EventCompleteStep)(create, events) && !has(flow.EventRunStart)(create, events)
-				}
-			}
+			store := &storetest.Full{Store: &flow.MemStore{}, Fills: c.fills}
 			e := newEngine(t, agentFunc(func(*flow.Task) (flow.Reply, error) { return reply("ACCEPT", "fine"), nil }), 0)
 			e.Store = store
 			sub, err := e.Start(ctx, flow.Request{FlowID: "one", Input: "hi"})
@@ -354,7 +276,7 @@ func TestAFullDiskFailsTheRun(t *testing.T) {
 				t.Errorf("error message %q", msg)
 			}
 			for _, ev := range events[:n-2] {
-				if store.failed[ev.ID] {
+				if store.Failed(ev.ID) {
 					t.Errorf("event %d (%s) was shown, though its write failed", ev.ID, ev.Name)
 				}
 			}
@@ -379,7 +301,7 @@ func TestAFullDiskFailsTheRun(t *testing.T) {
 				t.Errorf("cancel on a full disk: %v", err)
 			}
 			// Room again: cancel records the ending, and nothing runs.
-			store.room()
+			store.Room()
 			if err := e.Cancel(ctx, sub.Instance); err != nil {
 				t.Errorf("cancel: %v", err)
 			}
