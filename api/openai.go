@@ -2,7 +2,6 @@ package api
 
 import (
 	"bytes"
-	"crypto/subtle"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -116,18 +115,12 @@ func (s *Server) requireAPIKey(next http.Handler) http.Handler {
 			next.ServeHTTP(w, r)
 			return
 		}
-		auth := r.Header.Get("Authorization")
-		scheme, token, _ := strings.Cut(auth, " ")
-		if !strings.EqualFold(scheme, "Bearer") || token == "" {
+		if _, ok := bearer(r); !ok {
 			writeOpenAIError(w, &openAIError{Status: http.StatusUnauthorized, Code: "invalid_api_key",
 				Message: "You didn't provide an API key: send one of the server's SUPEREGO_API_KEYS as Authorization: Bearer KEY."})
 			return
 		}
-		match := 0
-		for _, k := range s.APIKeys {
-			match |= subtle.ConstantTimeCompare([]byte(token), []byte(k))
-		}
-		if match != 1 {
+		if !s.apiKey(r) {
 			writeOpenAIError(w, &openAIError{Status: http.StatusUnauthorized, Code: "invalid_api_key",
 				Message: "Incorrect API key provided: it is not one of the server's SUPEREGO_API_KEYS."})
 			return

@@ -205,7 +205,7 @@ func wire(cfg config, log *slog.Logger) (*wiring, error) {
 	}
 	engine := &flow.Engine{Flows: flows, Exec: &flow.Executor{Agent: agent, Context: append(rules, references...)}, Store: store, MaxRuns: cfg.MaxRuns, Log: log}
 	lab := &experiment.Lab{Engine: engine, Store: experiments, Log: log, RateLimited: backoff.Waits,
-		Env: experiment.Env{Flows: flows, Constitutions: texts, Providers: agents.ProviderNames, Dir: cfg.Experiments, Confined: true}}
+		Env: experiment.Env{Flows: flows, Constitutions: texts, Providers: agents.ProviderNames, Dir: cfg.Experiments, Confined: true, MaxOutcomes: cfg.MaxOutcomes}}
 	return &wiring{engine: engine, refused: refused, providers: providers, lab: lab, mcp: servers,
 		close: func() { servers.Close(); closeStore() }}, nil
 }
@@ -261,7 +261,7 @@ func serve(ctx context.Context, cfg config, stdout, stderr io.Writer, ready chan
 	model, _ := w.providers.Model("")
 	srv := &http.Server{
 		Handler: (&api.Server{Engine: engine, Experiments: w.lab, Workspaces: &tools.Workspaces{Root: cfg.Workspaces}, Refused: refused, Model: healthModel(model.Name),
-			MCP: w.mcp, AdminToken: cfg.AdminToken, APIKeys: cfg.APIKeys, Log: log, WriteTimeout: cfg.WriteTimeout, MaxStreams: cfg.MaxStreams,
+			MCP: w.mcp, AdminToken: cfg.AdminToken, APIKeys: cfg.APIKeys, ExperimentsAuth: cfg.ExperimentsAuth, Log: log, WriteTimeout: cfg.WriteTimeout, MaxStreams: cfg.MaxStreams,
 			Metrics: ops.metrics, Streams: ops.tel.StreamSubscribers()}).Handler(),
 		ReadHeaderTimeout: 10 * time.Second,
 		// Bounds a request's body; handlers lift it once they have read it,
