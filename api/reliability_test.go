@@ -2,6 +2,7 @@ package api_test
 
 import (
 	"bufio"
+	"context"
 	"encoding/json"
 	"fmt"
 	"net"
@@ -284,5 +285,41 @@ func TestAFullDiskFailsEveryRoute(t *testing.T) {
 				t.Errorf("the instances: %.500s", got)
 			}
 		})
+	}
+}
+
+// A shutdown stops a run that a client streams from /flow/execute: the
+// stream still ends with an error and a done (SPEC §3), which say the run
+// resumes when the server starts again and carry no id, so that the
+// client's reconnect resumes after the last event of the instance.
+func TestShutdownEndsAnExecuteStreamWithErrorAndDone(t *testing.T) {
+	gate := make(chan struct{})
+	f := newFixture(t, gate, 0)
+	t.Cleanup(func() { close(gate) }) // before the fake model's server closes
+	resp := f.do(t, "POST", "/flow/execute", `{"flow_id": "calc", "input": "What is 6*7, slow?"}`)
+	defer resp.Body.Close()
+	br := bufio.NewReader(resp.Body)
+	for {
+		line, err := br.ReadString('\n')
+		if err != nil {
+			t.Fatal(err)
+		}
+		if strings.HasPrefix(line, `data: {"node":"calculator"`) {
+			break // its call waits at the gate
+		}
+	}
+	expired, cancel := context.WithCancel(context.Background())
+	cancel()
+	f.engine.Close(expired)
+	events := readSSE(t, br)
+	n := len(events)
+	if n < 2 || events[n-2].Name != "error" || events[n-1].Name != "done" {
+		t.Fatalf("the stream ends %+v", events)
+	}
+	id := uuidRe.FindString(events[n-1].Data)
+	if events[n-2].ID != "" || events[n-1].ID != "" ||
+		events[n-2].Data != `{"code":"shutting_down","message":"the server is shutting down; the run resumes when it starts again: follow it at /flow/instances/`+id+`/stream"}` ||
+		events[n-1].Data != `{"instance_id":"`+id+`","status":"running","response":"Checking."}` {
+		t.Errorf("the stream ends %+v", events[n-2:])
 	}
 }

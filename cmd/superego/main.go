@@ -111,13 +111,18 @@ const usage = `usage:
   superego COMMAND -h                          flags of a command
 `
 
+// sqliteFile reports whether --db names a SQLite file.
+func sqliteFile(db string) bool {
+	return db != "memory" && !strings.HasPrefix(db, "postgres://") && !strings.HasPrefix(db, "postgresql://")
+}
+
 // openStore opens the store --db names: "memory", a postgres:// or
 // postgresql:// URL, or else a SQLite file.
 func openStore(cfg config) (flow.Store, func() error, error) {
 	switch {
 	case cfg.DB == "memory":
 		return &flow.MemStore{}, func() error { return nil }, nil
-	case strings.HasPrefix(cfg.DB, "postgres://"), strings.HasPrefix(cfg.DB, "postgresql://"):
+	case !sqliteFile(cfg.DB):
 		s, err := postgres.Open(context.Background(), cfg.DB)
 		if err != nil {
 			return nil, nil, err
