@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -322,4 +323,48 @@ func TestShutdownEndsAnExecuteStreamWithErrorAndDone(t *testing.T) {
 		events[n-1].Data != `{"instance_id":"`+id+`","status":"running","response":"Checking."}` {
 		t.Errorf("the stream ends %+v", events[n-2:])
 	}
+}
+
+// countingReads counts the reads of instances' logs.
+type countingReads struct {
+	flow.Store
+	reads atomic.Int64
+}
+
+func (c *countingReads) Events(ctx context.Context, id string, after int64) ([]flow.Event, error) {
+	c.reads.Add(1)
+	return c.Store.Events(ctx, id, after)
+}
+
+// Two hundred clients that replay an instance of 2,000 steps all at once,
+// and read nothing, share one read of its log: they used to read it each,
+// and 200 copies of a 900 KB log took over 600 MB.
+func TestStalledReplaysComingAtOnceShareOneRead(t *testing.T) {
+	store := &countingReads{Store: stores["sqlite"](t)}
+	f := newFixtureOn(t, store, nil, 0)
+	var msgs []string
+	for i := range 2000 {
+		msgs = append(msgs, []string{"user", "assistant"}[i%2], fmt.Sprintf("%d %s", i, strings.Repeat("a ", 220)))
+	}
+	resp := f.do(t, "POST", "/v1/chat/completions", chat("other", false, append(msgs, "user", "and now?")...))
+	body(t, resp)
+	id := resp.Header.Get("X-Superego-Instance-Id")
+	if resp.StatusCode != 200 || id == "" {
+		t.Fatalf("%d %q", resp.StatusCode, id)
+	}
+	before := store.reads.Load()
+	peak := heapPeak(func() {
+		var wg sync.WaitGroup
+		for range 200 {
+			wg.Go(func() { stall(t, f.url, "/flow/instances/"+id+"/stream?after=0") })
+		}
+		wg.Wait()
+	})
+	if n := store.reads.Load() - before; n != 1 {
+		t.Errorf("200 replays at once read the log %d times", n)
+	}
+	if peak > 128<<20 {
+		t.Errorf("200 stalled replays of a 2,000-step instance took %d MB of heap", peak>>20)
+	}
+	t.Logf("heap above the start with 200 stalled replays that came at once: %d MB", peak>>20)
 }

@@ -38,15 +38,19 @@ type Engine struct {
 	live     map[string]*liveRun    // by instance id
 	backlogs map[string]*backlog    // idle instances' logs, shared by their readers
 	unsaved  map[string]*lostEnding // by instance id: endings of lost runs not recorded yet
-	gen      int64                  // counts runs reserved and released: a backlog read across one may be stale
 	closed   bool
 	wg       sync.WaitGroup
 }
 
 // backlog is an idle instance's log as its subscribers read it: read once,
-// shared, each subscriber with a cursor, and dropped when the last one goes.
+// by the first of them while the others wait for that read, shared, each
+// subscriber with a cursor, and dropped when the last one goes. A run that
+// begins or ends on the instance takes it out of Engine.backlogs: readers
+// that come later read the log again.
 type backlog struct {
 	events []Event
+	err    error
+	read   chan struct{} // closed once events, or err, are there
 	refs   int
 }
 
@@ -597,7 +601,6 @@ func (e *Engine) reserve(id string, run *liveRun) error {
 	}
 	run.ctx, run.cancel = context.WithCancelCause(context.Background())
 	e.live[id] = run
-	e.gen++
 	delete(e.backlogs, id) // the run makes it stale
 	e.wg.Add(1)
 	return nil
@@ -606,7 +609,6 @@ func (e *Engine) reserve(id string, run *liveRun) error {
 func (e *Engine) release(id string) {
 	e.mu.Lock()
 	delete(e.live, id)
-	e.gen++
 	delete(e.backlogs, id)
 	e.mu.Unlock()
 }
@@ -756,7 +758,7 @@ func (run *liveRun) subscribe(backlog []Event, after int64) *Subscription {
 // the live events its read of the store already had.
 func (e *Engine) Subscribe(ctx context.Context, id string, after int64) (*Subscription, error) {
 	e.mu.Lock()
-	run, gen := e.live[id], e.gen
+	run := e.live[id]
 	e.mu.Unlock()
 	// A live run's instance exists, though its creation may not be
 	// committed yet; any other must be in the store.
@@ -797,36 +799,48 @@ func (e *Engine) Subscribe(ctx context.Context, id string, after int64) (*Subscr
 			return e.follow(id, after, events[i:], st.RunStartID), nil
 		}
 	}
-	return e.idle(ctx, id, after, gen)
+	return e.idle(ctx, id, after)
 }
 
 // idle subscribes to an instance with no run: its log, read once and shared
-// by every reader while any reads it.
-func (e *Engine) idle(ctx context.Context, id string, after int64, gen int64) (*Subscription, error) {
+// by every reader while any reads it. Two hundred replays that come at once
+// hold one copy of the log, not two hundred.
+func (e *Engine) idle(ctx context.Context, id string, after int64) (*Subscription, error) {
 	e.mu.Lock()
 	b := e.backlogs[id]
-	if b != nil {
-		b.refs++
+	first := b == nil
+	if first {
+		b = &backlog{read: make(chan struct{})}
+		if e.backlogs == nil {
+			e.backlogs = map[string]*backlog{}
+		}
+		e.backlogs[id] = b
 	}
+	b.refs++
 	e.mu.Unlock()
-	if b == nil {
-		events, err := e.Store.Events(ctx, id, 0)
-		if err != nil {
-			return nil, err
-		}
-		b = &backlog{events: events, refs: 1}
+	release := func() {
 		e.mu.Lock()
-		switch shared := e.backlogs[id]; {
-		case shared != nil:
-			shared.refs++
-			b = shared
-		case e.gen == gen && e.live[id] == nil: // no run began or ended since: the read is whole
-			if e.backlogs == nil {
-				e.backlogs = map[string]*backlog{}
-			}
-			e.backlogs[id] = b
+		defer e.mu.Unlock()
+		if b.refs--; (b.refs == 0 || b.err != nil) && e.backlogs[id] == b {
+			delete(e.backlogs, id)
 		}
-		e.mu.Unlock()
+	}
+	if first {
+		// Read for every reader that joins meanwhile: this one's leaving
+		// does not end it.
+		b.events, b.err = e.Store.Events(context.WithoutCancel(ctx), id, 0)
+		close(b.read)
+	} else {
+		select {
+		case <-b.read:
+		case <-ctx.Done():
+			release()
+			return nil, ctx.Err()
+		}
+	}
+	if b.err != nil {
+		release() // a reader that comes later reads again
+		return nil, b.err
 	}
 	i := sort.Search(len(b.events), func(i int) bool { return b.events[i].ID > after })
 	backlog := b.events[i:]
@@ -839,13 +853,7 @@ func (e *Engine) idle(ctx context.Context, id string, after int64, gen int64) (*
 			}
 		}
 	}
-	return &Subscription{Instance: id, Backlog: backlog, release: func() {
-		e.mu.Lock()
-		defer e.mu.Unlock()
-		if b.refs--; b.refs == 0 && e.backlogs[id] == b {
-			delete(e.backlogs, id)
-		}
-	}}, nil
+	return &Subscription{Instance: id, Backlog: backlog, release: release}, nil
 }
 
 // Cancel stops the run in progress on an instance; it ends "cancelled".
