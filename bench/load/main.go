@@ -311,7 +311,9 @@ func stalledReplays(base string, sc scenario) ([]int, float64) {
 		codes = make([]int, sc.conc)
 		var opening sync.WaitGroup
 		for i := range sc.conc { // all at once
-			opening.Go(func() { conns[i], codes[i] = stall(strings.TrimPrefix(base, "http://"), "/flow/instances/"+id+"/stream?after=0") })
+			opening.Go(func() {
+				conns[i], codes[i] = stall(strings.TrimPrefix(base, "http://"), "/flow/instances/"+id+"/stream?after=0")
+			})
 		}
 		opening.Wait()
 		probeStart := time.Now()
