@@ -36,6 +36,7 @@ var statusOf = []struct {
 	{flow.ErrBusy, http.StatusConflict, "run_in_progress"},
 	{flow.ErrIdle, http.StatusConflict, "no_run_in_progress"},
 	{flow.ErrNoReview, http.StatusConflict, "not_awaiting_review"},
+	{flow.ErrInputInFlight, http.StatusTooManyRequests, "too_much_input"}, // before ErrTooMany, which it wraps
 	{flow.ErrTooMany, http.StatusTooManyRequests, "too_many_runs"},
 	{flow.ErrClosed, http.StatusServiceUnavailable, "shutting_down"},
 	{flow.ErrStorage, http.StatusInsufficientStorage, "storage"},

@@ -1,6 +1,7 @@
 package api_test
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -133,5 +134,59 @@ func TestBearerInAnyCase(t *testing.T) {
 	}
 	if resp := f.do(t, "GET", "/flow/instances/"+id+"?include_hidden=true", "", "Authorization", "bearer  "); resp.StatusCode != 403 {
 		t.Errorf("an empty token: %d", resp.StatusCode)
+	}
+}
+
+// One request cannot take the server's memory: a conversation of more
+// than MaxMessages messages is refused before it runs (32,000 messages in
+// 1 MB grew the server by 250 MB), a conversation within the bound costs a
+// bounded heap, and the input of the runs in flight is bounded across
+// requests, with a 429 a client retries.
+func TestAConversationIsBounded(t *testing.T) {
+	conversation := func(n, size int) string {
+		var msgs []string
+		for i := range n - 1 {
+			msgs = append(msgs, []string{"user", "assistant"}[i%2], strings.TrimSpace(fmt.Sprintf("%d %s", i, strings.Repeat("a", size/n))))
+		}
+		return chat("other", false, append(msgs, "user", "and now?")...)
+	}
+	f := newFixture(t, nil, 0)
+	var status int
+	var answer string
+	peak := heapPeak(func() {
+		resp := f.do(t, "POST", "/v1/chat/completions", `{"model": "other", "messages": [`+strings.Repeat(`{"role":"user","content":"x"},`, 31_999)+`{"role":"user","content":"x"}]}`)
+		status, answer = resp.StatusCode, body(t, resp)
+	})
+	if status != 400 || !strings.Contains(answer, `"message":"Invalid 'messages': array too long. Expected an array with maximum length 2048, but got an array with length 32000 instead.","type":"invalid_request_error","param":"messages","code":"array_above_max_length"`) {
+		t.Errorf("32,000 messages: %d %s", status, answer)
+	}
+	if peak > 32<<20 {
+		t.Errorf("refusing 32,000 messages took %d MB of heap", peak>>20)
+	}
+	peak = heapPeak(func() {
+		resp := f.do(t, "POST", "/v1/chat/completions", conversation(api.MaxMessages, 900<<10))
+		status, answer = resp.StatusCode, body(t, resp)
+	})
+	if status != 200 {
+		t.Errorf("2,048 messages: %d %.300s", status, answer)
+	}
+	if peak > 48<<20 {
+		t.Errorf("a run of 2,048 messages, 900 KB, took %d MB of heap", peak>>20)
+	}
+	t.Logf("heap above the start for a run of 2,048 messages, 900 KB: %d MB", peak>>20)
+
+	gate := make(chan struct{})
+	g := newFixture(t, gate, 0)
+	t.Cleanup(func() { close(gate) })
+	g.engine.MaxInput = 1 << 20
+	held := g.do(t, "POST", "/flow/execute", `{"flow_id": "calc", "input": "slow `+strings.Repeat("6*7 ", 150_000)+`"}`)
+	defer held.Body.Close()
+	if _, err := bufio.NewReader(held.Body).ReadString('\n'); err != nil { // its run_start: the run holds its input
+		t.Fatal(err)
+	}
+	resp := g.do(t, "POST", "/v1/chat/completions", chat("calc", false, "user", strings.Repeat("6*7 ", 150_000)))
+	if got := body(t, resp); resp.StatusCode != 429 || resp.Header.Get("Retry-After") == "" ||
+		!strings.Contains(got, `"code":"too_much_input"`) || !strings.Contains(got, "the runs in flight hold 585.9 KiB of input, and this run's 585.9 KiB would take them past the server's 1.0 MiB; retry later") {
+		t.Errorf("past the input in flight: %d %s", resp.StatusCode, got)
 	}
 }

@@ -151,6 +151,9 @@ func (s *Server) listModels(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
+// MaxMessages bounds the messages of a chat completions request.
+const MaxMessages = 2048
+
 // chatRequest is a chat completions request as the flow takes it.
 type chatRequest struct {
 	model        string
@@ -350,6 +353,12 @@ func readMessages(req *chatRequest, raw json.RawMessage) error {
 	}
 	if len(msgs) == 0 {
 		return invalid("messages", "empty_array", "Invalid 'messages': empty array. Expected an array with at least the user's message.")
+	}
+	if len(msgs) > MaxMessages {
+		// Each message becomes a step of the instance, which every node's
+		// task carries: a conversation's count, not only its bytes, is
+		// what a run holds.
+		return invalid("messages", "array_above_max_length", "Invalid 'messages': array too long. Expected an array with maximum length %d, but got an array with length %d instead.", MaxMessages, len(msgs))
 	}
 	req.prior = make([]flow.Step, 0, len(msgs)-1)
 	for i, m := range msgs {

@@ -31,10 +31,15 @@ type Engine struct {
 	// Replicas, where set, shares runs with other engines on the same
 	// database: they are written with a job, and run where there is room.
 	Replicas Replicas
+	// MaxInput bounds the bytes of input, a conversation's included, that
+	// the runs in flight were started with: a run's memory grows with its
+	// input, several times over. 0 means DefaultMaxInput.
+	MaxInput int64
 
 	variants variants
 
 	mu       sync.Mutex
+	input    int64                  // bytes of input the live runs hold
 	live     map[string]*liveRun    // by instance id
 	backlogs map[string]*backlog    // idle instances' logs, shared by their readers
 	unsaved  map[string]*lostEnding // by instance id: endings of lost runs not recorded yet
@@ -57,6 +62,7 @@ type backlog struct {
 type liveRun struct {
 	ctx    context.Context // the run's own: it outlives the request that started it
 	cancel context.CancelCauseFunc
+	input  int64 // bytes of input it was started with, counted against MaxInput
 
 	mu        sync.Mutex // orders numbering, delivery and subscribing
 	seq       int64
@@ -266,6 +272,10 @@ func (e *Engine) start(ctx context.Context, req Request, review *Review, attach 
 		return nil, Turn{}, err // its last run's ids are not in its log yet
 	}
 	run := newLiveRun()
+	run.input = int64(len(req.Input))
+	for _, s := range req.Prior {
+		run.input += int64(len(s.Response))
+	}
 	if err := e.reserve(instanceID, run); err != nil {
 		return nil, Turn{}, err
 	}
@@ -595,12 +605,18 @@ func (e *Engine) reserve(id string, run *liveRun) error {
 		return fmt.Errorf("instance %s: %w", id, ErrBusy)
 	case len(e.live) >= max:
 		return fmt.Errorf("%d runs in flight: %w", len(e.live), ErrTooMany)
+	case run.input > e.maxInput():
+		return fmt.Errorf("an input of %s, a conversation's included, where this server's runs in flight may hold %s: %w", size(run.input), size(e.maxInput()), ErrInvalid)
+	case e.input+run.input > e.maxInput():
+		return fmt.Errorf("the runs in flight hold %s of input, and this run's %s would take them past the server's %s; retry later: %w",
+			size(e.input), size(run.input), size(e.maxInput()), ErrInputInFlight)
 	}
 	if e.live == nil {
 		e.live = map[string]*liveRun{}
 	}
 	run.ctx, run.cancel = context.WithCancelCause(context.Background())
 	e.live[id] = run
+	e.input += run.input
 	delete(e.backlogs, id) // the run makes it stale
 	e.wg.Add(1)
 	return nil
@@ -608,6 +624,9 @@ func (e *Engine) reserve(id string, run *liveRun) error {
 
 func (e *Engine) release(id string) {
 	e.mu.Lock()
+	if run := e.live[id]; run != nil {
+		e.input -= run.input
+	}
 	delete(e.live, id)
 	delete(e.backlogs, id)
 	e.mu.Unlock()
@@ -961,6 +980,29 @@ func (e *Engine) Create(ctx context.Context, flowID string) (Instance, error) {
 		return Instance{}, fmt.Errorf("create instance: %w", err)
 	}
 	return inst, nil
+}
+
+// DefaultMaxInput is MaxInput's default: 16 MiB of input in flight. A
+// guarded_chat run held about 33 times its input at its peak in the load
+// benchmark (README, "Memory under load").
+const DefaultMaxInput = 16 << 20
+
+func (e *Engine) maxInput() int64 {
+	if e.MaxInput > 0 {
+		return e.MaxInput
+	}
+	return DefaultMaxInput
+}
+
+// size is a number of bytes as a message says it.
+func size(n int64) string {
+	switch {
+	case n >= 1<<20:
+		return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
+	case n >= 1<<10:
+		return fmt.Sprintf("%.1f KiB", float64(n)/(1<<10))
+	}
+	return fmt.Sprintf("%d bytes", n)
 }
 
 // maxRuns is how many runs may be in flight at once.

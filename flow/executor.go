@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -232,6 +233,11 @@ type runner struct {
 	chunks   map[string][]Chunk // a judge's chunk judgements, for its next step
 	verdicts map[string]Reply   // a judge's verdict on a withheld chunk, for its next step
 	replay   *replayer          // for a replay: the recorded turn, walked beside this one
+
+	// history is the visible transcript before this turn (earlier); the
+	// steps before the turn do not change while it runs.
+	history     []Step
+	historyOnce sync.Once
 }
 
 // emit sends events a client may see.
@@ -464,7 +470,9 @@ func (r *runner) opening() []Event {
 			first = *last.NextAgent
 		}
 	}
-	group := []Event{start}
+	group := make([]Event, 1, len(r.t.Prior)+2)
+	group[0] = start
+	r.steps = slices.Grow(r.steps, len(r.t.Prior)+1)
 	for _, p := range r.t.Prior {
 		s := Step{AgentID: p.AgentID, Role: p.Role, Response: p.Response}
 		if s.AgentID == "" {
@@ -857,13 +865,7 @@ func (r *runner) task(steps []Step, held map[string]bool, node *Node) *Task {
 		Input:       r.t.Input,
 		Decisions:   node.Decisions(),
 	}
-	for _, s := range steps[:r.turn] {
-		if s.Withheld != "" {
-			continue // the user never saw it
-		}
-		s.Thinking, s.AgentGuidance, s.WithheldResponse, s.WithheldToolUsage = "", "", "", nil
-		t.History = append(t.History, s)
-	}
+	t.History = r.earlier(steps)
 	this := steps[r.turn+1:]
 	i := len(this)
 	for i > 0 && this[i-1].Node == node.Name && this[i-1].Decision == NeedsTool {
@@ -903,6 +905,23 @@ func (r *runner) task(steps []Step, held map[string]bool, node *Node) *Task {
 		}
 	}
 	return t
+}
+
+// earlier is the visible transcript before this turn, which every task of
+// the turn is given: made once, and shared, for agents only read it, and a
+// conversation of thousands of messages is not copied for each task.
+func (r *runner) earlier(steps []Step) []Step {
+	r.historyOnce.Do(func() {
+		r.history = make([]Step, 0, r.turn)
+		for _, s := range steps[:r.turn] {
+			if s.Withheld != "" {
+				continue // the user never saw it
+			}
+			s.Thinking, s.AgentGuidance, s.WithheldResponse, s.WithheldToolUsage = "", "", "", nil
+			r.history = append(r.history, s)
+		}
+	})
+	return r.history
 }
 
 // redacted is an error whose message had hidden text taken out.

@@ -321,3 +321,39 @@ func TestAFullDiskFailsTheRun(t *testing.T) {
 		})
 	}
 }
+
+// The input the runs in flight hold is bounded: a run that would take it
+// past MaxInput is refused, as one past MaxRuns is, until room is made; an
+// input larger than the whole bound is invalid.
+func TestInputInFlightIsBounded(t *testing.T) {
+	ctx := context.Background()
+	g := newGated()
+	e := newEngine(t, g, 0)
+	e.MaxInput = 100
+	first, err := e.Start(ctx, flow.Request{FlowID: "one", Input: strings.Repeat("a", 40),
+		Prior: []flow.Step{{Role: flow.RoleUser, Response: strings.Repeat("b", 20)}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-g.entered
+	_, err = e.Start(ctx, flow.Request{FlowID: "one", Input: strings.Repeat("a", 41)})
+	if !errors.Is(err, flow.ErrInputInFlight) || !errors.Is(err, flow.ErrTooMany) ||
+		err.Error() != "the runs in flight hold 60 bytes of input, and this run's 41 bytes would take them past the server's 100 bytes; retry later: too much input in flight: too many runs in flight" {
+		t.Errorf("past the bound: %v", err)
+	}
+	if _, err := e.Start(ctx, flow.Request{FlowID: "one", Input: strings.Repeat("a", 101)}); !errors.Is(err, flow.ErrInvalid) {
+		t.Errorf("larger than the bound: %v", err)
+	}
+	second, err := e.Start(ctx, flow.Request{FlowID: "one", Input: strings.Repeat("a", 40)})
+	if err != nil {
+		t.Fatalf("within the bound: %v", err)
+	}
+	close(g.gate)
+	drain(first)
+	drain(second)
+	third, err := e.Start(ctx, flow.Request{FlowID: "one", Input: strings.Repeat("a", 100)})
+	if err != nil {
+		t.Fatalf("once the runs ended: %v", err)
+	}
+	drain(third)
+}

@@ -3,6 +3,7 @@ package flow
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"time"
 )
 
@@ -171,6 +172,10 @@ var (
 	ErrClosed   = errors.New("the server is shutting down")
 	ErrIdle     = errors.New("no run in progress")
 	ErrNoReview = errors.New("the instance is not awaiting review")
+
+	// ErrInputInFlight is ErrTooMany for the input the runs in flight hold
+	// (Engine.MaxInput): a run's memory grows with its input.
+	ErrInputInFlight = fmt.Errorf("too much input in flight: %w", ErrTooMany)
 
 	// Errors a run can fail with; each has a stable code (ErrorCode).
 	ErrModelUnavailable = errors.New("model unavailable")

@@ -36,6 +36,7 @@ type config struct {
 	Grace        time.Duration
 	MaxRuns      int
 	MaxStreams   int
+	MaxInputMiB  int // of input the runs in flight may hold
 	// The HTTP server's timeouts: for a request's body, for a kept-alive
 	// connection with no request, and for each write to a client.
 	ReadTimeout, IdleTimeout, WriteTimeout time.Duration
@@ -146,6 +147,8 @@ func parseConfig(cmd string, args []string, getenv func(string) string, stderr i
 	fs.StringVar(&maxRuns, "max-runs", maxRuns, "runs in flight at once; more get 429 (SUPEREGO_MAX_RUNS)")
 	fs.StringVar(&maxStreams, "max-streams", maxStreams, "streams of instances (replays, reconnects) open at once; more get 429 (SUPEREGO_MAX_STREAMS)")
 	fs.StringVar(&c.Experiments, "experiments", env("SUPEREGO_EXPERIMENTS", "./experiments"), "where the datasets of experiments posted over HTTP are (SUPEREGO_EXPERIMENTS)")
+	maxInput := env("SUPEREGO_MAX_INPUT_MIB", "16")
+	fs.StringVar(&maxInput, "max-input-mib", maxInput, "MiB of input (messages, conversations included) the runs in flight may hold; more get 429 (SUPEREGO_MAX_INPUT_MIB)")
 	maxOutcomes := env("SUPEREGO_MAX_OUTCOMES", "100000")
 	fs.StringVar(&maxOutcomes, "max-outcomes", maxOutcomes, "most outcomes an experiment may have (samples × conditions × repeats); 0: no limit (SUPEREGO_MAX_OUTCOMES)")
 	if cmd == "serve" {
@@ -217,6 +220,9 @@ func parseConfig(cmd string, args []string, getenv func(string) string, stderr i
 	}
 	if c.MaxStreams, err = strconv.Atoi(maxStreams); err != nil || c.MaxStreams < 1 {
 		return c, nil, fmt.Errorf("max-streams: %q is not a whole number of 1 or more", maxStreams)
+	}
+	if c.MaxInputMiB, err = strconv.Atoi(maxInput); err != nil || c.MaxInputMiB < 1 {
+		return c, nil, fmt.Errorf("max-input-mib: %q is not a whole number of 1 or more", maxInput)
 	}
 	if c.MaxOutcomes, err = strconv.Atoi(maxOutcomes); err != nil || c.MaxOutcomes < 0 {
 		return c, nil, fmt.Errorf("max-outcomes: %q is not a whole number of 0 or more", maxOutcomes)

@@ -208,7 +208,7 @@ func wire(cfg config, log *slog.Logger) (*wiring, error) {
 	if cache, ok := experiments.(agents.ReplyCache); ok {
 		agent.Cache = cache
 	}
-	engine := &flow.Engine{Flows: flows, Exec: &flow.Executor{Agent: agent, Context: append(rules, references...)}, Store: store, MaxRuns: cfg.MaxRuns, Log: log}
+	engine := &flow.Engine{Flows: flows, Exec: &flow.Executor{Agent: agent, Context: append(rules, references...)}, Store: store, MaxRuns: cfg.MaxRuns, MaxInput: int64(cfg.MaxInputMiB) << 20, Log: log}
 	lab := &experiment.Lab{Engine: engine, Store: experiments, Log: log, RateLimited: backoff.Waits,
 		Env: experiment.Env{Flows: flows, Constitutions: texts, Providers: agents.ProviderNames, Dir: cfg.Experiments, Confined: true, MaxOutcomes: cfg.MaxOutcomes}}
 	return &wiring{engine: engine, refused: refused, providers: providers, lab: lab, mcp: servers,
