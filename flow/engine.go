@@ -64,16 +64,16 @@ type liveRun struct {
 	cancel context.CancelCauseFunc
 	input  int64 // bytes of input it was started with, counted against MaxInput
 
-	mu        sync.Mutex // orders numbering, delivery and subscribing
-	seq       int64
-	pending   []pendingEvent // published, not yet delivered: in order
-	err       error          // the first write that failed; the run fails at its next event
-	uncreated bool           // its instance's creation failed: it has no log to end
-	drained   sync.Cond      // pending became empty
-	log       []Event        // delivered events, kept while the run has subscribers to read them
-	ended     bool           // log is complete
-	subs      map[*Subscription]struct{}
-	watch     func(Event) // Run's watcher, if any: called in deliver
+	mu      sync.Mutex // orders numbering, delivery and subscribing
+	seq     int64
+	pending []pendingEvent // published, not yet delivered: in order
+	err     error          // the first write that failed; the run fails at its next event
+	nolog   bool           // its instance's creation failed: it has no log to end
+	drained sync.Cond      // pending became empty
+	log     []Event        // delivered events, kept while the run has subscribers to read them
+	ended   bool           // log is complete
+	subs    map[*Subscription]struct{}
+	watch   func(Event) // Run's watcher, if any: called in deliver
 }
 
 // pendingEvent waits until it, and every event before it, is durable.
@@ -346,7 +346,7 @@ func (e *Engine) run(run *liveRun, turn Turn, claim *Claim) {
 			}
 		}()
 	}
-	defer e.endRun(run, turn)
+	defer run.end()
 	defer func() {
 		if p := recover(); p != nil {
 			e.runLog(turn).Error("run stopped by a panic; it resumes at the next start", "panic", fmt.Sprint(p))
@@ -422,9 +422,6 @@ func (run *liveRun) end() {
 	run.wakeAll()
 }
 
-// endRun ends a run as end does.
-func (e *Engine) endRun(run *liveRun, _ Turn) { run.end() }
-
 // lose ends a run whose events could not all be written: however far it
 // got, it failed. Its subscribers are told so, with code storage, and the
 // engine records that ending after every id the run numbered; an ending it
@@ -438,9 +435,9 @@ func (e *Engine) lose(run *liveRun, turn Turn, cause error) Outcome {
 		{ID: run.seq + 2, Name: EventDone, Time: now, Data: Done{InstanceID: turn.InstanceID, Status: StatusFailed}},
 	}
 	run.seq += 2
-	uncreated := run.uncreated
+	nolog := run.nolog
 	run.mu.Unlock()
-	if !uncreated {
+	if !nolog {
 		// Held events are dropped with it: the run ends without their judgement.
 		if err := Wait(func(done func(error)) { e.Store.Settle(turn.InstanceID, end, done) }); err != nil {
 			e.keepEnding(turn.InstanceID, end)
@@ -713,7 +710,7 @@ func (run *liveRun) created(err error) {
 	}
 	run.mu.Lock()
 	defer run.mu.Unlock()
-	run.uncreated = true
+	run.nolog = true
 	run.fail(fmt.Errorf("%w: %w", ErrStorage, err))
 }
 

@@ -199,7 +199,7 @@ func (e *Engine) Take(ctx context.Context, instance string, claim *Claim) error 
 func (e *Engine) failRun(run *liveRun, turn Turn, claim *Claim, reason string) {
 	defer e.wg.Done()
 	defer e.release(turn.InstanceID)
-	defer e.endRun(run, turn)
+	defer run.end()
 	defer claim.Release(true)
 	info := RunInfo{FlowID: turn.FlowID, InstanceID: turn.InstanceID, RunID: turn.RunID, Resumed: true}
 	ctx := e.Exec.Observe.runStarted(context.Background(), info)

@@ -95,6 +95,18 @@ func v1Messages(size int) (string, string) {
 	return "/v1/chat/completions", `{"model":"guarded_chat","messages":[` + strings.Join(msgs, ",") + `]}`
 }
 
+// v1Long is a conversation of api.MaxMessages messages, size bytes in all:
+// the most messages /v1 takes.
+func v1Long(size int) (string, string) {
+	var msgs []string
+	for i := range 2047 {
+		role := []string{"user", "assistant"}[i%2]
+		msgs = append(msgs, fmt.Sprintf(`{"role":%q,"content":"%d %s"}`, role, i, strings.Repeat("a ", size/2048/2)))
+	}
+	msgs = append(msgs, `{"role":"user","content":"and now?"}`)
+	return "/v1/chat/completions", `{"model":"guarded_chat","messages":[` + strings.Join(msgs, ",") + `]}`
+}
+
 func v1One(size int) (string, string) {
 	return "/v1/chat/completions", `{"model":"guarded_chat","stream":true,"messages":[{"role":"user","content":"` + strings.Repeat("a ", size/2) + `"}]}`
 }
@@ -107,8 +119,11 @@ func scenarios() []scenario {
 	var out []scenario
 	for _, size := range []int{100 << 10, 900 << 10} {
 		for _, conc := range []int{1, 16} {
-			out = append(out, scenario{"v1, many messages", size, conc, v1Messages})
+			out = append(out, scenario{"v1, many short messages", size, conc, v1Messages})
 		}
+	}
+	for _, conc := range []int{1, 16} {
+		out = append(out, scenario{"v1, 2,048 messages", 900 << 10, conc, v1Long})
 	}
 	for _, size := range []int{1 << 10, 100 << 10, 900 << 10} {
 		for _, conc := range []int{1, 16, 64} {
