@@ -272,10 +272,7 @@ func (e *Engine) start(ctx context.Context, req Request, review *Review, attach 
 		return nil, Turn{}, err // its last run's ids are not in its log yet
 	}
 	run := newLiveRun()
-	run.input = int64(len(req.Input))
-	for _, s := range req.Prior {
-		run.input += int64(len(s.Response))
-	}
+	run.input = req.size()
 	if err := e.reserve(instanceID, run); err != nil {
 		return nil, Turn{}, err
 	}
@@ -977,6 +974,15 @@ func (e *Engine) Create(ctx context.Context, flowID string) (Instance, error) {
 		return Instance{}, fmt.Errorf("create instance: %w", err)
 	}
 	return inst, nil
+}
+
+// size is the bytes of the request's input, its conversation's included.
+func (req Request) size() int64 {
+	n := int64(len(req.Input))
+	for _, s := range req.Prior {
+		n += int64(len(s.Response))
+	}
+	return n
 }
 
 // DefaultMaxInput is MaxInput's default: 16 MiB of input in flight. A

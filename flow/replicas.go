@@ -98,6 +98,7 @@ func (e *Engine) dispatch(ctx context.Context, req Request, review *Review, watc
 		d.Opening[i].ID, d.Opening[i].Time = st.LastID+int64(i)+1, now
 	}
 	run := newLiveRun()
+	run.input = req.size() // past MaxInput here, the run is a job for a replica with room
 	switch err := e.reserve(d.InstanceID, run); {
 	case err == nil:
 		d.Here = true
