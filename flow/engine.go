@@ -986,7 +986,7 @@ func (req Request) size() int64 {
 }
 
 // DefaultMaxInput is MaxInput's default: 16 MiB of input in flight. A
-// guarded_chat run held about 33 times its input at its peak in the load
+// guarded_chat run held about 30 times its input at its peak in the load
 // benchmark (README, "Memory under load").
 const DefaultMaxInput = 16 << 20
 
