@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"superego/agents"
 	"superego/agents/agentstest"
@@ -178,15 +179,16 @@ func TestAConversationIsBounded(t *testing.T) {
 	gate := make(chan struct{})
 	g := newFixture(t, gate, 0)
 	t.Cleanup(func() { close(gate) })
-	g.engine.MaxInput = 1 << 20
-	held := g.do(t, "POST", "/flow/execute", `{"flow_id": "calc", "input": "slow `+strings.Repeat("6*7 ", 150_000)+`"}`)
+	g.engine.MaxInput = 1 << 10
+	g.engine.Exec.Agent.(*agents.Agent).Timeout = time.Minute // the held run waits at the gate, however slow this machine
+	held := g.do(t, "POST", "/flow/execute", `{"flow_id": "calc", "input": "slow `+strings.Repeat("6*7 ", 150)+`"}`)
 	defer held.Body.Close()
 	if _, err := bufio.NewReader(held.Body).ReadString('\n'); err != nil { // its run_start: the run holds its input
 		t.Fatal(err)
 	}
-	resp := g.do(t, "POST", "/v1/chat/completions", chat("calc", false, "user", strings.Repeat("6*7 ", 150_000)))
+	resp := g.do(t, "POST", "/v1/chat/completions", chat("calc", false, "user", strings.Repeat("6*7 ", 150)))
 	if got := body(t, resp); resp.StatusCode != 429 || resp.Header.Get("Retry-After") == "" ||
-		!strings.Contains(got, `"code":"too_much_input"`) || !strings.Contains(got, "the runs in flight hold 585.9 KiB of input, and this run's 585.9 KiB would take them past the server's 1.0 MiB; retry later") {
+		!strings.Contains(got, `"code":"too_much_input"`) || !strings.Contains(got, "the runs in flight hold 605 bytes of input, and this run's 600 bytes would take them past the server's 1.0 KiB; retry later") {
 		t.Errorf("past the input in flight: %d %s", resp.StatusCode, got)
 	}
 }

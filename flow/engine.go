@@ -880,13 +880,14 @@ func (e *Engine) Cancel(ctx context.Context, id string) error {
 		}
 	}
 	switch {
+	case e.endingOf(id) != nil:
+		// Its run has ended, failed, though its log does not say so yet
+		// (and it may not have let go of the instance yet): recording
+		// that ends it.
+		return e.savedEnding(id)
 	case run != nil:
 		run.cancel(context.Canceled)
 		return nil
-	case e.endingOf(id) != nil:
-		// Its run has ended, failed, though its log does not say so yet:
-		// recording that ends it.
-		return e.savedEnding(id)
 	case e.Replicas != nil:
 		// Running elsewhere, or queued: its replica is told. A run whose
 		// done is written is over, whatever its claim says.

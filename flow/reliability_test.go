@@ -330,13 +330,14 @@ func TestInputInFlightIsBounded(t *testing.T) {
 	g := newGated()
 	e := newEngine(t, g, 0)
 	e.MaxInput = 100
-	first, err := e.Start(ctx, flow.Request{FlowID: "one", Input: strings.Repeat("a", 40),
-		Prior: []flow.Step{{Role: flow.RoleUser, Response: strings.Repeat("b", 20)}}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	// Run returns once its run has let go of the instance, and of its input.
+	ran := make(chan error, 2)
+	go func() {
+		ran <- e.Run(ctx, flow.Request{FlowID: "one", Input: strings.Repeat("a", 40),
+			Prior: []flow.Step{{Role: flow.RoleUser, Response: strings.Repeat("b", 20)}}}, nil)
+	}()
 	<-g.entered
-	_, err = e.Start(ctx, flow.Request{FlowID: "one", Input: strings.Repeat("a", 41)})
+	_, err := e.Start(ctx, flow.Request{FlowID: "one", Input: strings.Repeat("a", 41)})
 	if !errors.Is(err, flow.ErrInputInFlight) || !errors.Is(err, flow.ErrTooMany) ||
 		err.Error() != "the runs in flight hold 60 bytes of input, and this run's 41 bytes would take them past the server's 100 bytes; retry later: too much input in flight: too many runs in flight" {
 		t.Errorf("past the bound: %v", err)
@@ -344,16 +345,15 @@ func TestInputInFlightIsBounded(t *testing.T) {
 	if _, err := e.Start(ctx, flow.Request{FlowID: "one", Input: strings.Repeat("a", 101)}); !errors.Is(err, flow.ErrInvalid) {
 		t.Errorf("larger than the bound: %v", err)
 	}
-	second, err := e.Start(ctx, flow.Request{FlowID: "one", Input: strings.Repeat("a", 40)})
-	if err != nil {
-		t.Fatalf("within the bound: %v", err)
-	}
+	go func() { ran <- e.Run(ctx, flow.Request{FlowID: "one", Input: strings.Repeat("a", 40)}, nil) }()
+	<-g.entered // within the bound
 	close(g.gate)
-	drain(first)
-	drain(second)
-	third, err := e.Start(ctx, flow.Request{FlowID: "one", Input: strings.Repeat("a", 100)})
-	if err != nil {
+	for range 2 {
+		if err := <-ran; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := e.Run(ctx, flow.Request{FlowID: "one", Input: strings.Repeat("a", 100)}, nil); err != nil {
 		t.Fatalf("once the runs ended: %v", err)
 	}
-	drain(third)
 }
