@@ -18,9 +18,9 @@ import (
 // maxDatasetLine bounds one line of a JSONL dataset.
 const maxDatasetLine = 1 << 20
 
-// MaxDataset bounds the bytes of a document's dataset files, all of them
+// maxDataset bounds the bytes of a document's dataset files, all of them
 // together: its samples are kept with the experiment, and read whole.
-const MaxDataset = 16 << 20
+const maxDataset = 16 << 20
 
 // readDatasets reads every file of a dataset, in order. The format comes
 // from the file: .jsonl is JSON lines of {id, input, label, category};
@@ -32,7 +32,7 @@ func readDatasets(paths []string, label string, env Env) ([]Sample, error) {
 		return nil, errors.New(msg)
 	}
 	var out []Sample
-	left := int64(MaxDataset)
+	left := int64(maxDataset)
 	for _, p := range paths {
 		full, err := resolvePath(p, env)
 		if err != nil {
@@ -75,7 +75,7 @@ func readDataset(path, name, label string, env Env, left *int64) ([]Sample, erro
 		samples, err = readAgentHarm(r, filepath.Base(path), label)
 	}
 	if *left -= r.n; *left < 0 {
-		return nil, fmt.Errorf("%s: the dataset is larger than %d MiB, all its files together", name, MaxDataset>>20)
+		return nil, fmt.Errorf("%s: the dataset is larger than %d MiB, all its files together", name, maxDataset>>20)
 	}
 	var le *lineErr
 	switch {

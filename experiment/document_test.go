@@ -220,18 +220,18 @@ func TestDatasetLineTooLong(t *testing.T) {
 }
 
 // A dataset posted over HTTP is read from inside the experiments directory
-// only, whatever links it holds, and no dataset is read past MaxDataset: a
+// only, whatever links it holds, and no dataset is read past maxDataset: a
 // link to /dev/zero costs nothing, and a file larger than that no more
-// than MaxDataset.
+// than maxDataset.
 func TestDatasetLinksAndSizes(t *testing.T) {
 	outside, dir := t.TempDir(), t.TempDir()
 	line := `{"id": "a", "input": "hi", "label": "benign"}` + "\n"
 	for name, body := range map[string]string{
 		filepath.Join(outside, "set.jsonl"):    line,
 		filepath.Join(dir, "set.jsonl"):        line,
-		filepath.Join(dir, "big.jsonl"):        line + strings.Repeat(strings.Repeat(" ", 1<<19)+"\n", MaxDataset>>19+1),
-		filepath.Join(dir, "half.jsonl"):       line + strings.Repeat(strings.Repeat(" ", 1<<19)+"\n", MaxDataset>>20),
-		filepath.Join(dir, "other-half.jsonl"): strings.Replace(line, `"a"`, `"b"`, 1) + strings.Repeat(strings.Repeat(" ", 1<<19)+"\n", MaxDataset>>20),
+		filepath.Join(dir, "big.jsonl"):        line + strings.Repeat(strings.Repeat(" ", 1<<19)+"\n", maxDataset>>19+1),
+		filepath.Join(dir, "half.jsonl"):       line + strings.Repeat(strings.Repeat(" ", 1<<19)+"\n", maxDataset>>20),
+		filepath.Join(dir, "other-half.jsonl"): strings.Replace(line, `"a"`, `"b"`, 1) + strings.Repeat(strings.Repeat(" ", 1<<19)+"\n", maxDataset>>20),
 	} {
 		if err := os.WriteFile(name, []byte(body), 0o644); err != nil {
 			t.Fatal(err)
