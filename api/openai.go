@@ -119,18 +119,12 @@ func (s *Server) requireAPIKey(next http.Handler) http.Handler {
 			next.ServeHTTP(w, r)
 			return
 		}
-		auth := r.Header.Get("Authorization")
-		scheme, token, _ := strings.Cut(auth, " ")
-		if !strings.EqualFold(scheme, "Bearer") || token == "" {
+		if _, ok := bearer(r); !ok {
 			writeOpenAIError(w, &openAIError{Status: http.StatusUnauthorized, Code: "invalid_api_key",
 				Message: "You didn't provide an API key: send one of the server's SUPEREGO_API_KEYS as Authorization: Bearer KEY."})
 			return
 		}
-		match := 0
-		for _, k := range s.APIKeys {
-			match |= subtle.ConstantTimeCompare([]byte(token), []byte(k))
-		}
-		if match != 1 {
+		if !s.apiKey(r) {
 			writeOpenAIError(w, &openAIError{Status: http.StatusUnauthorized, Code: "invalid_api_key",
 				Message: "Incorrect API key provided: it is not one of the server's SUPEREGO_API_KEYS."})
 			return
@@ -160,6 +154,9 @@ func (s *Server) listModels(w http.ResponseWriter, r *http.Request) error {
 	}{"list", data})
 	return nil
 }
+
+// MaxMessages bounds the messages of a chat completions request.
+const MaxMessages = 2048
 
 // chatRequest is a chat completions request as the flow takes it.
 type chatRequest struct {
@@ -370,6 +367,12 @@ func readMessages(req *chatRequest, raw json.RawMessage) error {
 	}
 	if len(msgs) == 0 {
 		return invalid("messages", "empty_array", "Invalid 'messages': empty array. Expected an array with at least the user's message.")
+	}
+	if len(msgs) > MaxMessages {
+		// Each message becomes a step of the instance, which every node's
+		// task carries: a conversation's count, not only its bytes, is
+		// what a run holds.
+		return invalid("messages", "array_above_max_length", "Invalid 'messages': array too long. Expected an array with maximum length %d, but got an array with length %d instead.", MaxMessages, len(msgs))
 	}
 	req.prior = make([]flow.Step, 0, len(msgs)-1)
 	lastUser := -1
@@ -830,6 +833,9 @@ func (c *completion) outcome(done flow.Done, runErr *flow.ErrorData) (string, *o
 		e := &openAIError{Status: http.StatusBadGateway, Code: "internal", Message: "The flow's run failed (instance " + c.instance + ")."}
 		if runErr != nil {
 			e.Code, e.Message = runErr.Code, "The flow's run failed (instance "+c.instance+"): "+runErr.Message
+		}
+		if e.Code == "storage" {
+			e.Status = http.StatusInsufficientStorage // the server's disk, not an upstream
 		}
 		return "", e
 	case flow.StatusCancelled:

@@ -50,10 +50,14 @@ type Server struct {
 	AdminToken  string
 	APIKeys     []string
 	// UpstreamModels are the models a /v1 request may choose for a flow's
-	// "client" agent, as "FLOW@provider:model" (SPEC §4a); none: only the
-	// agent's own.
+	// "client" agent, as "FLOW@provider:model"; none: only the agent's own.
 	UpstreamModels []string
-	Log            *slog.Logger
+	// ExperimentsAuth says who may start, resume, replay or cancel an
+	// experiment, which makes paid model calls: "" or "open", anyone;
+	// "keys", a request with one of APIKeys or the AdminToken; "admin",
+	// one with the AdminToken.
+	ExperimentsAuth string
+	Log             *slog.Logger
 	// WriteTimeout bounds each write to a client (0: 30s); MaxStreams the
 	// streams of instances (…/stream, EventSource reconnects) open at once
 	// (0: 1024); streams that run a flow count as runs.
@@ -100,16 +104,16 @@ func (s *Server) Handler() http.Handler {
 	r.Post("/flow/instances/{id}/cancel", s.handler(s.cancel))
 	r.Get("/flow/instances/{id}/files/*", s.handler(s.file))
 	r.Post("/flow/instances/{id}/review", s.handler(s.review))
-	r.Post("/experiments", s.handler(s.createExperiment))
+	r.With(s.experimenter).Post("/experiments", s.handler(s.createExperiment))
 	r.Get("/experiments", s.handler(s.listExperiments))
 	r.Get("/experiments/{id}", s.handler(s.getExperiment))
 	r.Get("/experiments/{id}/events", s.handler(s.experimentEvents))
 	r.Get("/experiments/{id}/results.jsonl", s.handler(s.experimentResults))
 	r.Get("/experiments/{id}/report.{format}", s.handler(s.experimentReport))
 	r.Get("/experiments/{id}/compare", s.handler(s.compareExperiment))
-	r.Post("/experiments/{id}/cancel", s.handler(s.cancelExperiment))
-	r.Post("/experiments/{id}/resume", s.handler(s.resumeExperiment))
-	r.Post("/experiments/{id}/replay", s.handler(s.replayExperiment))
+	r.With(s.experimenter).Post("/experiments/{id}/cancel", s.handler(s.cancelExperiment))
+	r.With(s.experimenter).Post("/experiments/{id}/resume", s.handler(s.resumeExperiment))
+	r.With(s.experimenter).Post("/experiments/{id}/replay", s.handler(s.replayExperiment))
 	r.Route("/v1", s.openAIRoutes) // OpenAI's Chat Completions API, a flow as the model (openai.go)
 	r.NotFound(s.handler(func(w http.ResponseWriter, r *http.Request) error {
 		return &Error{Status: http.StatusNotFound, Code: "not_found", Message: "no route " + r.Method + " " + r.URL.Path}
@@ -524,7 +528,7 @@ func (s *Server) getInstance(w http.ResponseWriter, r *http.Request) error {
 // draft no superego has released: its arguments are shown only with full,
 // the research view.
 func (s *Server) reviews(ctx context.Context, id string, full bool) (flow.State, []flow.PendingReview, error) {
-	events, err := s.Engine.Store.Events(ctx, id, 0)
+	events, err := s.Engine.Events(ctx, id, 0)
 	if err != nil {
 		return flow.State{}, nil, err
 	}
@@ -561,8 +565,48 @@ func (s *Server) reviews(ctx context.Context, id string, full bool) (flow.State,
 // admin reports whether the request carries the admin token; with none
 // configured, nobody is admin.
 func (s *Server) admin(r *http.Request) bool {
-	token, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	token, ok := bearer(r)
 	return ok && s.AdminToken != "" && subtle.ConstantTimeCompare([]byte(token), []byte(s.AdminToken)) == 1
+}
+
+// bearer is the request's bearer token. The scheme is matched whatever its
+// case, as RFC 7235 has it: "bearer KEY" is "Bearer KEY".
+func bearer(r *http.Request) (string, bool) {
+	scheme, token, _ := strings.Cut(r.Header.Get("Authorization"), " ")
+	token = strings.TrimSpace(token)
+	return token, strings.EqualFold(scheme, "Bearer") && token != ""
+}
+
+// apiKey reports whether the request carries one of APIKeys, compared with
+// every key in constant time.
+func (s *Server) apiKey(r *http.Request) bool {
+	token, ok := bearer(r)
+	match := 0
+	for _, k := range s.APIKeys {
+		match |= subtle.ConstantTimeCompare([]byte(token), []byte(k))
+	}
+	return ok && match == 1
+}
+
+// experimenter lets a request through to a route that starts or stops an
+// experiment's paid model calls when ExperimentsAuth allows it.
+func (s *Server) experimenter(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		allowed, want := true, ""
+		switch s.ExperimentsAuth {
+		case "keys":
+			allowed, want = s.admin(r) || s.apiKey(r), "one of the server's SUPEREGO_API_KEYS, or its SUPEREGO_ADMIN_TOKEN"
+		case "admin":
+			allowed, want = s.admin(r), "the server's SUPEREGO_ADMIN_TOKEN"
+		}
+		if !allowed {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="superego"`)
+			writeJSON(w, http.StatusUnauthorized, map[string]*Error{"error": {Code: "unauthorized",
+				Message: "experiments make paid model calls: this server starts, resumes, replays and cancels them for a request with Authorization: Bearer and " + want}})
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
 }
 
 // cancel serves POST /flow/instances/{id}/cancel.

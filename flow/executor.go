@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -274,6 +275,11 @@ type runner struct {
 	// unfinished, for a run that resumes, are the tool calls of the
 	// iteration it was interrupted in (finishInterrupted).
 	unfinished Unfinished
+
+	// history is the visible transcript before this turn (earlier); the
+	// steps before the turn do not change while it runs.
+	history     []Step
+	historyOnce sync.Once
 }
 
 // emit sends events a client may see.
@@ -567,7 +573,9 @@ func (r *runner) opening() []Event {
 			first = *last.NextAgent
 		}
 	}
-	group := []Event{start}
+	group := make([]Event, 1, len(r.t.Prior)+2)
+	group[0] = start
+	r.steps = slices.Grow(r.steps, len(r.t.Prior)+1)
 	for _, p := range r.t.Prior {
 		s := Step{AgentID: p.AgentID, Role: p.Role, Response: p.Response}
 		if s.AgentID == "" {
@@ -1093,12 +1101,7 @@ func (r *runner) task(steps []Step, held map[string]bool, node *Node) *Task {
 	if slices.Contains(node.Tools, Client) && node.Type == InnerAgent {
 		t.Client = r.t.Options.Client
 	}
-	for _, s := range steps[:r.turn] {
-		if s.Withheld != "" {
-			continue // the user never saw it
-		}
-		t.History = append(t.History, withoutHidden(s))
-	}
+	t.History = r.earlier(steps)
 	this := steps[r.turn+1:]
 	i := len(this)
 	// The agent's rounds just before, with the judgements of their calls
@@ -1182,6 +1185,22 @@ func withoutHidden(s Step) Step {
 		}
 	}
 	return s
+}
+
+// earlier is the visible transcript before this turn, which every task of
+// the turn is given: made once, and shared, for agents only read it, and a
+// conversation of thousands of messages is not copied for each task.
+func (r *runner) earlier(steps []Step) []Step {
+	r.historyOnce.Do(func() {
+		r.history = make([]Step, 0, r.turn)
+		for _, s := range steps[:r.turn] {
+			if s.Withheld != "" {
+				continue // the user never saw it
+			}
+			r.history = append(r.history, withoutHidden(s))
+		}
+	})
+	return r.history
 }
 
 // redacted is an error whose message had hidden text taken out.

@@ -109,6 +109,7 @@ func (e *Engine) dispatch(ctx context.Context, req Request, review *Review, watc
 		d.Opening[i].ID, d.Opening[i].Time = st.LastID+int64(i)+1, now
 	}
 	run := newLiveRun()
+	run.input = req.size() // past MaxInput here, the run is a job for a replica with room
 	switch err := e.reserve(d.InstanceID, run); {
 	case err == nil:
 		d.Here = true
@@ -210,7 +211,7 @@ func (e *Engine) Take(ctx context.Context, instance string, claim *Claim) error 
 func (e *Engine) failRun(run *liveRun, turn Turn, claim *Claim, reason string) {
 	defer e.wg.Done()
 	defer e.release(turn.InstanceID)
-	defer e.endRun(run, turn)
+	defer run.end()
 	defer claim.Release(true)
 	info := RunInfo{FlowID: turn.FlowID, InstanceID: turn.InstanceID, RunID: turn.RunID, Resumed: true}
 	ctx := e.Exec.Observe.runStarted(context.Background(), info)

@@ -111,13 +111,18 @@ const usage = `usage:
   superego COMMAND -h                          flags of a command
 `
 
+// sqliteFile reports whether --db names a SQLite file.
+func sqliteFile(db string) bool {
+	return db != "memory" && !strings.HasPrefix(db, "postgres://") && !strings.HasPrefix(db, "postgresql://")
+}
+
 // openStore opens the store --db names: "memory", a postgres:// or
 // postgresql:// URL, or else a SQLite file.
 func openStore(cfg config) (flow.Store, func() error, error) {
 	switch {
 	case cfg.DB == "memory":
 		return &flow.MemStore{}, func() error { return nil }, nil
-	case strings.HasPrefix(cfg.DB, "postgres://"), strings.HasPrefix(cfg.DB, "postgresql://"):
+	case !sqliteFile(cfg.DB):
 		s, err := postgres.Open(context.Background(), cfg.DB)
 		if err != nil {
 			return nil, nil, err
@@ -203,9 +208,9 @@ func wire(cfg config, log *slog.Logger) (*wiring, error) {
 	if cache, ok := experiments.(agents.ReplyCache); ok {
 		agent.Cache = cache
 	}
-	engine := &flow.Engine{Flows: flows, Exec: &flow.Executor{Agent: agent, Context: append(rules, references...)}, Store: store, MaxRuns: cfg.MaxRuns, Log: log}
+	engine := &flow.Engine{Flows: flows, Exec: &flow.Executor{Agent: agent, Context: append(rules, references...)}, Store: store, MaxRuns: cfg.MaxRuns, MaxInput: int64(cfg.MaxInputMiB) << 20, Log: log}
 	lab := &experiment.Lab{Engine: engine, Store: experiments, Log: log, RateLimited: backoff.Waits,
-		Env: experiment.Env{Flows: flows, Constitutions: texts, Providers: agents.ProviderNames, Dir: cfg.Experiments, Confined: true}}
+		Env: experiment.Env{Flows: flows, Constitutions: texts, Providers: agents.ProviderNames, Dir: cfg.Experiments, Confined: true, MaxOutcomes: cfg.MaxOutcomes}}
 	return &wiring{engine: engine, refused: refused, providers: providers, lab: lab, mcp: servers,
 		close: func() { servers.Close(); closeStore() }}, nil
 }
@@ -264,7 +269,7 @@ func serve(ctx context.Context, cfg config, stdout, stderr io.Writer, ready chan
 	model, _ := w.providers.Model("")
 	srv := &http.Server{
 		Handler: (&api.Server{Engine: engine, Experiments: w.lab, Workspaces: &tools.Workspaces{Root: cfg.Workspaces}, Refused: refused, Model: healthModel(model.Name), ModelNote: healthNote(model.Name),
-			MCP: w.mcp, AdminToken: cfg.AdminToken, APIKeys: cfg.APIKeys, UpstreamModels: cfg.UpstreamModels, Log: log, WriteTimeout: cfg.WriteTimeout, MaxStreams: cfg.MaxStreams,
+			MCP: w.mcp, AdminToken: cfg.AdminToken, APIKeys: cfg.APIKeys, UpstreamModels: cfg.UpstreamModels, ExperimentsAuth: cfg.ExperimentsAuth, Log: log, WriteTimeout: cfg.WriteTimeout, MaxStreams: cfg.MaxStreams,
 			Metrics: ops.metrics, Streams: ops.tel.StreamSubscribers()}).Handler(),
 		ReadHeaderTimeout: 10 * time.Second,
 		// Bounds a request's body; handlers lift it once they have read it,
