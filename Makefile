@@ -3,8 +3,12 @@ GO ?= go
 
 .PHONY: run test bench bench-peer bench-experiments vet build docker
 
+# run builds the server, then becomes it (exec), so that the server is
+# make's own child: kill PID (make's) reaches it, as make passes SIGTERM to
+# its children, and it shuts down as on Ctrl-C. `go run` was the child
+# instead, and died alone, leaving the server running.
 run:
-	$(GO) run ./cmd/superego serve
+	$(GO) build -o bin/superego ./cmd/superego && exec bin/superego serve
 
 test:
 	$(GO) vet ./...
@@ -13,8 +17,9 @@ test:
 	@test -n "$$SUPEREGO_CHROME" || echo "skipped: the browser tests (api TestPageInBrowser); set SUPEREGO_CHROME to a Chromium binary, as .ci/run does"
 	@test -n "$$SUPEREGO_CLAUDE" || echo "skipped: sg's end-to-end test with the real Claude Code CLI (cmd/sg TestClaudeCode); set SUPEREGO_CLAUDE to claude from npm @anthropic-ai/claude-code, as .ci/run does"
 	@test -n "$$SUPEREGO_TEST_POSTGRES" || echo "skipped: the PostgreSQL tests (postgres, replica, cmd/superego *Postgres* and *Replica*); set SUPEREGO_TEST_POSTGRES to a server's URL, as .ci/run does"
-	@test -n "$$SUPEREGO_OPENAI_NODE" || echo "skipped: OpenAI's JavaScript client against the server (api TestOpenAINodeClient); set SUPEREGO_OPENAI_NODE to a directory where npm installed api/testdata/package.json, as .ci/run does"
+	@test -n "$$SUPEREGO_OPENAI_NODE" || echo "skipped: OpenAI's JavaScript client, OpenAI's Agents SDK and the Vercel AI SDK against the server (api TestOpenAINodeClient, TestOpenAINodeClientTools, TestAgentFrameworks); set SUPEREGO_OPENAI_NODE to a directory where npm installed api/testdata/package.json, as .ci/run does"
 	@test -n "$$SUPEREGO_PROMPTFOO" || echo "skipped: promptfoo reading a flow's guardrails (api TestPromptfooReadsGuardrails); set SUPEREGO_PROMPTFOO to promptfoo from npm, as .ci/run does"
+	@command -v promtool >/dev/null || echo "skipped: the alerting rules' unit tests (telemetry TestAlertRules); install promtool (Debian's prometheus package), as .ci/run does"
 	@test -n "$$SUPEREGO_MCP_NODE" || echo "skipped: the tests with the MCP filesystem server from npm (tools TestNodeFilesystemServer, cmd/superego TestServeWithNodeMCPServer); set SUPEREGO_MCP_NODE to mcp-server-filesystem from npm @modelcontextprotocol/server-filesystem, as .ci/run does"
 
 bench:
@@ -32,8 +37,8 @@ build:
 docker:
 	docker build -t superego .
 
-# The guarded-calculator workload of ../shared/bench, on each store, with the
-# loopback HTTP comparison; one JSON line each.
+# The guarded-calculator workload (bench/guarded_calculator), on each store,
+# with the loopback HTTP comparison; one JSON line each.
 bench-peer:
 	$(GO) run ./bench/guarded_calculator -http
 	$(GO) run ./bench/guarded_calculator -store sqlite
@@ -49,6 +54,13 @@ bench-peers:
 .PHONY: bench-gating bench-speculation bench-actions
 bench-gating:
 	$(GO) run ./bench/gating
+
+# An agent framework's task of three tool round trips through guarded_agent
+# against the same task straight to the model (issue 31);
+# bench/agent_overhead/README.md.
+.PHONY: bench-agent
+bench-agent:
+	$(GO) run ./bench/agent_overhead
 
 # Speculation against OpenAI's Agents SDK for JavaScript (issue 17);
 # bench/speculation/README.md. npm ci installs the SDK at its pinned version

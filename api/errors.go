@@ -37,8 +37,10 @@ var statusOf = []struct {
 	{flow.ErrIdle, http.StatusConflict, "no_run_in_progress"},
 	{flow.ErrNoReview, http.StatusConflict, "not_awaiting_review"},
 	{flow.ErrNoWait, http.StatusConflict, "not_awaiting_tool_result"},
+	{flow.ErrInputInFlight, http.StatusTooManyRequests, "too_much_input"}, // before ErrTooMany, which it wraps
 	{flow.ErrTooMany, http.StatusTooManyRequests, "too_many_runs"},
 	{flow.ErrClosed, http.StatusServiceUnavailable, "shutting_down"},
+	{flow.ErrStorage, http.StatusInsufficientStorage, "storage"},
 }
 
 // handler adapts a handler that returns an error; the error is written here,

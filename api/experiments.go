@@ -168,6 +168,7 @@ type resumeRequest struct {
 
 // resumeExperiment serves POST /experiments/{id}/resume: its outcomes not
 // finished are run, none twice; with retry_errors, those that failed too.
+// An experiment that has finished answers 200 and "completed".
 func (s *Server) resumeExperiment(w http.ResponseWriter, r *http.Request) error {
 	lab, err := s.lab()
 	if err != nil {
@@ -180,7 +181,15 @@ func (s *Server) resumeExperiment(w http.ResponseWriter, r *http.Request) error 
 		}
 	}
 	id := chi.URLParam(r, "id")
-	if err := lab.Start(r.Context(), id, experiment.Options{RetryErrors: req.RetryErrors, NoCache: req.NoCache}); err != nil {
+	err = lab.Start(r.Context(), id, experiment.Options{RetryErrors: req.RetryErrors, NoCache: req.NoCache})
+	if errors.Is(err, experiment.ErrFinished) {
+		// Not a conflict: what was asked for is done. 200, not 202, and
+		// its status, tell a script so.
+		writeJSON(w, http.StatusOK, map[string]string{"experiment_id": id, "status": experiment.StatusCompleted,
+			"message": "already finished: nothing is left to run (retry_errors runs its failed outcomes again)"})
+		return nil
+	}
+	if err != nil {
 		return err
 	}
 	writeJSON(w, http.StatusAccepted, map[string]string{"experiment_id": id, "status": experiment.StatusRunning})

@@ -5,10 +5,12 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -195,7 +197,7 @@ func TestExperimentsOverHTTP(t *testing.T) {
 	// The report in each of its forms, as the command line writes them.
 	for _, c := range []struct{ format, ctype, want string }{
 		{"md", "text/markdown; charset=utf-8", "| superego | guarded_chat | 2/3 |"},
-		{"json", "application/json", `"harmful": {` + "\n" + `        "n": 3,` + "\n" + `        "refused": 2,`},
+		{"json", "application/json", `"harmful": {` + "\n" + `        "n": 3,` + "\n" + `        "k": 2,` + "\n" + `        "refused": 2,`},
 		{"csv", "text/csv; charset=utf-8", ",superego,guarded_chat,,,,,,harmful,3,2,0.6667,"},
 		{"tex", "application/x-tex; charset=utf-8", `superego &  & 2/3 & 66.7 [20.8, 93.9] &  & 1/2 & 50.0 [9.5, 90.5] &  & 0 \\`},
 		{"svg", "image/svg+xml", `<title>superego, harmful refused: 2/3, 66.7% [20.8%, 93.9%]</title>`},
@@ -250,7 +252,6 @@ func TestExperimentsOverHTTP(t *testing.T) {
 		{"GET", "/experiments/" + id + "/report.pdf", "", 404, `{"error":{"code":"not_found","message":"no report.pdf: the report is report.md, .json, .csv, .tex or .svg: not found"}}`},
 		{"GET", "/experiments/" + id + "/report.latex", "", 404, `{"error":{"code":"not_found","message":"no report.latex: the report is report.md, .json, .csv, .tex or .svg: not found"}}`},
 		{"POST", "/experiments/" + id + "/cancel", "", 409, `{"error":{"code":"no_run_in_progress","message":"experiment ` + id + ` is completed: no run in progress"}}`},
-		{"POST", "/experiments/" + id + "/resume", "", 409, `{"error":{"code":"no_run_in_progress","message":"experiment ` + id + ` is completed: no run in progress"}}`},
 		{"GET", "/experiments/" + id + "/compare?a=superego", "", 400, `{"error":{"code":"invalid_request","message":"invalid request","fields":[{"field":"b","message":"is required: a condition's name"}]}}`},
 		{"GET", "/experiments/" + id + "/compare?a=superego&b=nope", "", 404, `{"error":{"code":"not_found","message":"experiment ` + id + ` has no condition \"nope\" (its conditions: [superego privacy]): not found"}}`},
 		{"POST", "/experiments", `{"dataset": "../set.jsonl", "conditions": [{"name": "a", "flow": "nope"}]}`, 400,
@@ -274,6 +275,76 @@ func TestExperimentsOverHTTP(t *testing.T) {
 		if i := strings.Index(seen.String(), m); i >= 0 {
 			t.Errorf("%s leaks: …%s…", m, seen.String()[max(0, i-200):min(seen.Len(), i+50)])
 		}
+	}
+}
+
+// An experiment's instances carry their tags, in the listing and on their
+// own, and the listing picks them out by experiment and by tag. Resuming
+// the finished experiment is no conflict: 200, and it says it is done.
+func TestExperimentInstancesByTag(t *testing.T) {
+	f := newLabFixture(t, t.TempDir())
+	start := func(samples string) string {
+		resp := f.do(t, "POST", "/experiments", `{"samples": `+samples+`, "conditions": [{"name": "bare", "flow": "bare_assistant"}, {"name": "superego", "flow": "guarded_chat"}]}`)
+		var created struct {
+			ID string `json:"experiment_id"`
+		}
+		json.Unmarshal([]byte(body(t, resp)), &created)
+		f.events(t, created.ID) // to its end
+		return created.ID
+	}
+	id, other := start(sampleJSON("h1", "plain", "b1", "plain")), start(sampleJSON("h1", "plain"))
+	f.do(t, "POST", "/flow/instances", `{"flow_id": "bare_assistant"}`).Body.Close()
+
+	list := func(query string) []flow.Summary {
+		resp := f.do(t, "GET", "/flow/instances"+query, "")
+		var out []flow.Summary
+		if err := json.Unmarshal([]byte(body(t, resp)), &out); resp.StatusCode != 200 || err != nil {
+			t.Fatalf("GET /flow/instances%s: %d %v", query, resp.StatusCode, err)
+		}
+		return out
+	}
+	if all := list(""); len(all) != 7 {
+		t.Errorf("every instance: %d, want 7", len(all))
+	}
+	mine := list("?experiment=" + id)
+	var tags []string
+	for _, s := range mine {
+		tags = append(tags, fmt.Sprint(s.Tags))
+	}
+	slices.Sort(tags)
+	want := []string{
+		"map[condition:bare experiment:" + id + " label:benign repeat:0 sample:b1]",
+		"map[condition:bare experiment:" + id + " label:harmful repeat:0 sample:h1]",
+		"map[condition:superego experiment:" + id + " label:benign repeat:0 sample:b1]",
+		"map[condition:superego experiment:" + id + " label:harmful repeat:0 sample:h1]",
+	}
+	if !slices.Equal(tags, want) {
+		t.Errorf("?experiment=ID: %q\nwant %q", tags, want)
+	}
+	for query, n := range map[string]int{
+		"?experiment=" + other: 2, "?experiment=" + id + "&tag=condition:superego": 2, "?tag=experiment:" + id + "&tag=sample:b1&tag=condition:bare": 1,
+		"?tag=label:harmful": 4, "?experiment=" + id + "&limit=1": 1, "?experiment=nope": 0, "?experiment=" + id + "&flow_id=guarded_chat": 2,
+	} {
+		if got := list(query); len(got) != n {
+			t.Errorf("%s: %d instances, want %d", query, len(got), n)
+		}
+	}
+	resp := f.do(t, "GET", "/flow/instances/"+mine[0].ID, "")
+	var inst struct {
+		Tags map[string]string `json:"tags"`
+	}
+	json.Unmarshal([]byte(body(t, resp)), &inst)
+	if !maps.Equal(inst.Tags, mine[0].Tags) {
+		t.Errorf("GET /flow/instances/{id}: tags %v, want %v", inst.Tags, mine[0].Tags)
+	}
+	resp = f.do(t, "GET", "/flow/instances?tag=condition&tag=a.b:c", "")
+	if b := strings.TrimSpace(body(t, resp)); resp.StatusCode != 400 || !strings.Contains(b, `{"field":"tag","message":"\"condition\": want NAME:VALUE`) || !strings.Contains(b, `"\"a.b:c\": want`) {
+		t.Errorf("bad tags: %d %s", resp.StatusCode, b)
+	}
+
+	resp = f.do(t, "POST", "/experiments/"+id+"/resume", "")
+	if b := body(t, resp); resp.StatusCode != 200 || b != `{"experiment_id":"`+id+`","message":"already finished: nothing is left to run (retry_errors runs its failed outcomes again)","status":"completed"}`+"\n" {
+		t.Errorf("resume a finished experiment: %d %s", resp.StatusCode, b)
 	}
 }
 

@@ -29,6 +29,7 @@ import (
 // The test binary doubles as an MCP server (mcptest.Command).
 func TestMain(m *testing.M) {
 	mcptest.Main()
+	mcptest.ExitAtOnce()
 	os.Exit(m.Run())
 }
 

@@ -119,18 +119,12 @@ func (s *Server) requireAPIKey(next http.Handler) http.Handler {
 			next.ServeHTTP(w, r)
 			return
 		}
-		auth := r.Header.Get("Authorization")
-		scheme, token, _ := strings.Cut(auth, " ")
-		if !strings.EqualFold(scheme, "Bearer") || token == "" {
+		if _, ok := bearer(r); !ok {
 			writeOpenAIError(w, &openAIError{Status: http.StatusUnauthorized, Code: "invalid_api_key",
 				Message: "You didn't provide an API key: send one of the server's SUPEREGO_API_KEYS as Authorization: Bearer KEY."})
 			return
 		}
-		match := 0
-		for _, k := range s.APIKeys {
-			match |= subtle.ConstantTimeCompare([]byte(token), []byte(k))
-		}
-		if match != 1 {
+		if !s.apiKey(r) {
 			writeOpenAIError(w, &openAIError{Status: http.StatusUnauthorized, Code: "invalid_api_key",
 				Message: "Incorrect API key provided: it is not one of the server's SUPEREGO_API_KEYS."})
 			return
@@ -160,6 +154,9 @@ func (s *Server) listModels(w http.ResponseWriter, r *http.Request) error {
 	}{"list", data})
 	return nil
 }
+
+// MaxMessages bounds the messages of a chat completions request.
+const MaxMessages = 2048
 
 // chatRequest is a chat completions request as the flow takes it.
 type chatRequest struct {
@@ -370,6 +367,12 @@ func readMessages(req *chatRequest, raw json.RawMessage) error {
 	}
 	if len(msgs) == 0 {
 		return invalid("messages", "empty_array", "Invalid 'messages': empty array. Expected an array with at least the user's message.")
+	}
+	if len(msgs) > MaxMessages {
+		// Each message becomes a step of the instance, which every node's
+		// task carries: a conversation's count, not only its bytes, is
+		// what a run holds.
+		return invalid("messages", "array_above_max_length", "Invalid 'messages': array too long. Expected an array with maximum length %d, but got an array with length %d instead.", MaxMessages, len(msgs))
 	}
 	req.prior = make([]flow.Step, 0, len(msgs)-1)
 	lastUser := -1
@@ -669,7 +672,7 @@ func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request) error {
 	if len(req.ignored) > 0 {
 		w.Header().Set("X-Superego-Ignored-Parameters", strings.Join(req.ignored, ", "))
 	}
-	c := &completion{model: req.model, created: time.Now().Unix(), instance: sub.Instance}
+	c := &completion{model: req.model, created: time.Now().Unix(), instance: sub.Instance, flow: flowID}
 	if req.stream {
 		return s.streamChat(w, r, sub, c, f.Def, req.includeUsage)
 	}
@@ -747,14 +750,21 @@ func (s *Server) owner(r *http.Request) string {
 // instance no longer waiting, as for a retry), and the request starts a new
 // instance. Results that answer another key's calls find nothing (404);
 // results that answer some of an instance's calls only are a 400 naming
-// the first missing.
+// the first missing. The calls this process sent are found at once
+// (callIndex); others, among every instance of the flow that waits.
 func (s *Server) waitingFor(r *http.Request, flowID, owner string, results []flow.ClientResult) (string, error) {
-	list, err := s.Engine.Store.List(r.Context(), flow.ListOptions{FlowID: flowID, Status: flow.StatusAwaitingToolResult})
-	if err != nil {
-		return "", err
+	ids, known := s.sent.instances(flowID, results)
+	if !known {
+		list, err := s.Engine.Store.List(r.Context(), flow.ListOptions{FlowID: flowID, Status: flow.StatusAwaitingToolResult})
+		if err != nil {
+			return "", err
+		}
+		for _, inst := range list {
+			ids = append(ids, inst.ID)
+		}
 	}
-	for _, inst := range list {
-		events, err := s.Engine.Store.Events(r.Context(), inst.ID, 0)
+	for _, id := range ids {
+		events, err := s.Engine.Store.Events(r.Context(), id, 0)
 		if err != nil {
 			return "", err
 		}
@@ -771,10 +781,10 @@ func (s *Server) waitingFor(r *http.Request, flowID, owner string, results []flo
 		}
 		for _, u := range waiting {
 			if !slices.ContainsFunc(results, func(c flow.ClientResult) bool { return c.ToolCallID == u.ID }) {
-				return "", invalid("messages", "missing_tool_result", "Invalid 'messages': instance %s waits for the results of every call it sent; tool_call_id %q has none.", inst.ID, u.ID)
+				return "", invalid("messages", "missing_tool_result", "Invalid 'messages': instance %s waits for the results of every call it sent; tool_call_id %q has none.", id, u.ID)
 			}
 		}
-		return inst.ID, nil
+		return id, nil
 	}
 	return "", nil
 }
@@ -785,6 +795,7 @@ type completion struct {
 	model    string
 	created  int64
 	instance string
+	flow     string
 }
 
 type chatUsage struct {
@@ -822,6 +833,9 @@ func (c *completion) outcome(done flow.Done, runErr *flow.ErrorData) (string, *o
 		e := &openAIError{Status: http.StatusBadGateway, Code: "internal", Message: "The flow's run failed (instance " + c.instance + ")."}
 		if runErr != nil {
 			e.Code, e.Message = runErr.Code, "The flow's run failed (instance "+c.instance+"): "+runErr.Message
+		}
+		if e.Code == "storage" {
+			e.Status = http.StatusInsufficientStorage // the server's disk, not an upstream
 		}
 		return "", e
 	case flow.StatusCancelled:
@@ -913,6 +927,7 @@ func (s *Server) collectChat(w http.ResponseWriter, r *http.Request, sub *flow.S
 	msg := chatReply{Role: "assistant", Content: &done.Response, Annotations: []struct{}{}}
 	if done.Status == flow.StatusAwaitingToolResult {
 		msg.Content, msg.ToolCalls = nil, toolCallsOf(done.ToolCalls) // the reply's text stays held
+		s.sent.add(c.flow, c.instance, done.ToolCalls)
 	}
 	writeJSON(w, http.StatusOK, chatCompletionObject{
 		ID: c.id, Object: "chat.completion", Created: c.created, Model: c.model,
@@ -977,7 +992,7 @@ func lastSpeakers(def *flow.Definition) map[string]bool {
 // answer is. If the client goes away, the run goes on all the same.
 func (s *Server) streamChat(w http.ResponseWriter, r *http.Request, sub *flow.Subscription, c *completion, def *flow.Definition, includeUsage bool) error {
 	defer s.streaming()()
-	cs := &chatStream{eventStream: s.eventStream(w), c: c, speaks: lastSpeakers(def)}
+	cs := &chatStream{eventStream: s.eventStream(w), c: c, speaks: lastSpeakers(def), calls: &s.sent}
 	if includeUsage {
 		cs.usage = nullUsage
 	}
@@ -1023,6 +1038,7 @@ func (s *Server) streamChat(w http.ResponseWriter, r *http.Request, sub *flow.Su
 type chatStream struct {
 	*eventStream
 	c      *completion
+	calls  *callIndex // where the calls sent go
 	speaks map[string]bool
 	usage  any // on every chunk but the usage chunk: left out, or null
 	frame  []byte
@@ -1062,6 +1078,7 @@ func (cs *chatStream) event(ev flow.Event, flush bool) error {
 		if e != nil {
 			return cs.end(e)
 		}
+		cs.calls.add(cs.c.flow, cs.c.instance, d.ToolCalls)
 		for i, call := range toolCallsOf(d.ToolCalls) {
 			call.Index = &i
 			delta, _ := json.Marshal(map[string][]openAIToolCall{"tool_calls": {call}})

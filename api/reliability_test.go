@@ -2,6 +2,7 @@ package api_test
 
 import (
 	"bufio"
+	"context"
 	"encoding/json"
 	"fmt"
 	"net"
@@ -10,6 +11,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -18,6 +20,7 @@ import (
 	"superego/agents/agentstest"
 	"superego/api"
 	"superego/flow"
+	"superego/flow/storetest"
 )
 
 // Replies that start as the protocol's object and do not parse, as real
@@ -180,13 +183,25 @@ func stall(t *testing.T, url, path string) net.Conn {
 func TestStalledClientIsDropped(t *testing.T) {
 	model := agentstest.OpenAI(t, script(nil))
 	p := &agents.Providers{Default: "openai:gpt-test", OpenAIKey: "k", OpenAIBaseURL: model.URL + "/v1"}
-	f := serveWith(t, testFlows, &flow.MemStore{}, p.Model, 0, func(s *api.Server) { s.WriteTimeout, s.MaxStreams = 300*time.Millisecond, 2 })
-	// Two turns of a 1 MB message: about 10 MB of events, more than the
-	// kernel's buffers hold for a reader.
-	in, _ := json.Marshal(map[string]string{"flow_id": "calc", "input": strings.Repeat("6*7 ", 250_000)})
-	id := uuidRe.FindString(body(t, f.do(t, "POST", "/flow/execute", string(in), "Accept", "application/json")))
-	again, _ := json.Marshal(map[string]string{"flow_id": "calc", "input": strings.Repeat("6*7 ", 250_000), "instance_id": id})
-	body(t, f.do(t, "POST", "/flow/execute", string(again), "Accept", "application/json"))
+	store := &flow.MemStore{}
+	f := serveWith(t, testFlows, store, p.Model, 0, func(s *api.Server) { s.WriteTimeout, s.MaxStreams = 300*time.Millisecond, 2 })
+	// An instance with ten steps of a 1 MB input: about 10 MB of events,
+	// more than the kernel's buffers hold for a reader. They are written to
+	// the store as a run would: runs that made them, with megabyte model
+	// calls, outlast the model timeout on a loaded machine.
+	id, now, big := "stalled", time.Now().UTC(), strings.Repeat("6*7 ", 250_000)
+	events := []flow.Event{{ID: 1, Name: flow.EventRunStart, Time: now, Data: flow.RunStart{InstanceID: id, RunID: "r", FlowID: "calc"}}}
+	for n := int64(2); n <= 11; n++ {
+		events = append(events, flow.Event{ID: n, Name: flow.EventCompleteStep, Time: now,
+			Data: flow.Step{StepID: fmt.Sprint(n - 1), AgentID: "calculator", Node: "calculator", Role: flow.RoleAssistant, Timestamp: now, Input: big, Response: "42"}})
+	}
+	events = append(events, flow.Event{ID: 12, Name: flow.EventDone, Time: now, Data: flow.Done{InstanceID: id, Status: flow.StatusCompleted, Response: "42", Usage: &flow.RunUsage{}}})
+	if err := flow.Wait(func(done func(error)) { store.Create(flow.Instance{ID: id, FlowID: "calc", CreatedAt: now}, done) }); err != nil {
+		t.Fatal(err)
+	}
+	if err := flow.Wait(func(done func(error)) { store.Append(id, events, done) }); err != nil {
+		t.Fatal(err)
+	}
 	path := "/flow/instances/" + id + "/stream?after=0"
 	stall(t, f.url, path)
 	stall(t, f.url, path)
@@ -213,4 +228,155 @@ func TestStalledClientIsDropped(t *testing.T) {
 	if !strings.Contains(f.logs.String(), "stream client dropped") {
 		t.Errorf("the drop is not logged:\n%.2000s", f.logs)
 	}
+}
+
+// On a full disk, no route tells a client that a run completed which was
+// never saved: the stream ends with an error of code storage and a failed
+// done, the JSON answer says failed, /v1 answers 507 or, streaming, an
+// error chunk then [DONE]. The instance reads failed, and once the disk has
+// room, cancel records it so: nothing is left running.
+func TestAFullDiskFailsEveryRoute(t *testing.T) {
+	const input = `"What is 6*7?"`
+	for _, c := range []struct {
+		route, path, body string
+		header            []string
+		check             func(t *testing.T, resp *http.Response, answer string) (instance string)
+	}{
+		{"execute, SSE", "/flow/execute", `{"flow_id": "calc", "input": ` + input + `}`, nil, func(t *testing.T, resp *http.Response, answer string) string {
+			events := readSSE(t, strings.NewReader(answer))
+			n := len(events)
+			if n < 2 || events[n-2].Name != "error" || !strings.Contains(events[n-2].Data, `"code":"storage"`) ||
+				events[n-1].Name != "done" || !strings.Contains(events[n-1].Data, `"status":"failed"`) {
+				t.Errorf("the stream ends %+v", events[max(0, n-2):])
+			}
+			return uuidRe.FindString(answer)
+		}},
+		{"execute, JSON", "/flow/execute", `{"flow_id": "calc", "input": ` + input + `}`, []string{"Accept", "application/json"}, func(t *testing.T, resp *http.Response, answer string) string {
+			if resp.StatusCode != 200 || !strings.Contains(answer, `"status":"failed"`) || !strings.Contains(answer, `"code":"storage"`) {
+				t.Errorf("%d %.500s", resp.StatusCode, answer)
+			}
+			return uuidRe.FindString(answer)
+		}},
+		{"/v1", "/v1/chat/completions", `{"model": "calc", "messages": [{"role": "user", "content": ` + input + `}]}`, nil, func(t *testing.T, resp *http.Response, answer string) string {
+			if resp.StatusCode != 507 || !strings.Contains(answer, `"code":"storage"`) || !strings.Contains(answer, `"type":"server_error"`) {
+				t.Errorf("%d %.500s", resp.StatusCode, answer)
+			}
+			return resp.Header.Get("X-Superego-Instance-Id")
+		}},
+		{"/v1, streaming", "/v1/chat/completions", `{"model": "calc", "stream": true, "messages": [{"role": "user", "content": ` + input + `}]}`, nil, func(t *testing.T, resp *http.Response, answer string) string {
+			lines := strings.Split(strings.TrimSpace(answer), "\n\n")
+			n := len(lines)
+			if n < 2 || !strings.Contains(lines[n-2], `"code":"storage"`) || lines[n-1] != "data: [DONE]" || strings.Contains(answer, `"finish_reason":"stop"`) {
+				t.Errorf("the stream ends %q", lines[max(0, n-2):])
+			}
+			return resp.Header.Get("X-Superego-Instance-Id")
+		}},
+	} {
+		t.Run(c.route, func(t *testing.T) {
+			store := &storetest.Full{Store: &flow.MemStore{}, Fills: storetest.Has(flow.EventDone)}
+			f := newFixtureOn(t, store, nil, 0)
+			resp := f.do(t, "POST", c.path, c.body, c.header...)
+			answer := body(t, resp)
+			if strings.Contains(answer, "completed") || strings.Contains(answer, `"finish_reason":"stop"`) {
+				t.Errorf("a client was told an unsaved run completed:\n%.1000s", answer)
+			}
+			id := c.check(t, resp, answer)
+			if id == "" {
+				t.Fatalf("no instance in %.300s", answer)
+			}
+			if got := body(t, f.do(t, "GET", "/flow/instances/"+id, "")); !strings.Contains(got, `"status":"failed"`) {
+				t.Errorf("the instance, the disk still full: %.300s", got)
+			}
+			if resp := f.do(t, "POST", "/flow/instances/"+id+"/cancel", ""); resp.StatusCode != 507 {
+				t.Errorf("cancel, the disk still full: %d %s", resp.StatusCode, body(t, resp))
+			}
+			store.Room()
+			if resp := f.do(t, "POST", "/flow/instances/"+id+"/cancel", ""); resp.StatusCode != 202 {
+				t.Errorf("cancel: %d %s", resp.StatusCode, body(t, resp))
+			}
+			if got := body(t, f.do(t, "GET", "/flow/instances", "")); strings.Contains(got, `"running"`) || !strings.Contains(got, `"failed"`) {
+				t.Errorf("the instances: %.500s", got)
+			}
+		})
+	}
+}
+
+// A shutdown stops a run that a client streams from /flow/execute: the
+// stream still ends with an error and a done (SPEC §3), which say the run
+// resumes when the server starts again and carry no id, so that the
+// client's reconnect resumes after the last event of the instance.
+func TestShutdownEndsAnExecuteStreamWithErrorAndDone(t *testing.T) {
+	gate := make(chan struct{})
+	f := newFixture(t, gate, 0)
+	t.Cleanup(func() { close(gate) }) // before the fake model's server closes
+	resp := f.do(t, "POST", "/flow/execute", `{"flow_id": "calc", "input": "What is 6*7, slow?"}`)
+	defer resp.Body.Close()
+	br := bufio.NewReader(resp.Body)
+	for {
+		line, err := br.ReadString('\n')
+		if err != nil {
+			t.Fatal(err)
+		}
+		if strings.HasPrefix(line, `data: {"node":"calculator"`) {
+			break // its call waits at the gate
+		}
+	}
+	expired, cancel := context.WithCancel(context.Background())
+	cancel()
+	f.engine.Close(expired)
+	events := readSSE(t, br)
+	n := len(events)
+	if n < 2 || events[n-2].Name != "error" || events[n-1].Name != "done" {
+		t.Fatalf("the stream ends %+v", events)
+	}
+	id := uuidRe.FindString(events[n-1].Data)
+	if events[n-2].ID != "" || events[n-1].ID != "" ||
+		events[n-2].Data != `{"code":"shutting_down","message":"the server is shutting down; the run resumes when it starts again: follow it at /flow/instances/`+id+`/stream"}` ||
+		events[n-1].Data != `{"instance_id":"`+id+`","status":"running","response":"Checking."}` {
+		t.Errorf("the stream ends %+v", events[n-2:])
+	}
+}
+
+// countingReads counts the reads of instances' logs.
+type countingReads struct {
+	flow.Store
+	reads atomic.Int64
+}
+
+func (c *countingReads) Events(ctx context.Context, id string, after int64) ([]flow.Event, error) {
+	c.reads.Add(1)
+	return c.Store.Events(ctx, id, after)
+}
+
+// Two hundred clients that replay an instance of 1,000 steps all at once,
+// and read nothing, share one read of its log: they used to read it each
+// (200 copies of a 2,000-step log of 900 KB took over 600 MB).
+func TestStalledReplaysComingAtOnceShareOneRead(t *testing.T) {
+	store := &countingReads{Store: stores["sqlite"](t)}
+	f := newFixtureOn(t, store, nil, 0)
+	var msgs []string
+	for i := range 1000 {
+		msgs = append(msgs, []string{"user", "assistant"}[i%2], fmt.Sprintf("%d %s", i, strings.Repeat("a ", 100)))
+	}
+	resp := f.do(t, "POST", "/v1/chat/completions", chat("other", false, append(msgs, "user", "and now?")...))
+	body(t, resp)
+	id := resp.Header.Get("X-Superego-Instance-Id")
+	if resp.StatusCode != 200 || id == "" {
+		t.Fatalf("%d %q", resp.StatusCode, id)
+	}
+	before := store.reads.Load()
+	peak := heapPeak(func() {
+		var wg sync.WaitGroup
+		for range 200 {
+			wg.Go(func() { stall(t, f.url, "/flow/instances/"+id+"/stream?after=0") })
+		}
+		wg.Wait()
+	})
+	if n := store.reads.Load() - before; n != 1 {
+		t.Errorf("200 replays at once read the log %d times", n)
+	}
+	if peak > 64<<20 {
+		t.Errorf("200 stalled replays of a 1,000-step instance took %d MB of heap", peak>>20)
+	}
+	t.Logf("heap above the start with 200 stalled replays that came at once: %d MB", peak>>20)
 }

@@ -14,6 +14,7 @@ import (
 	"mime"
 	"net"
 	"net/http"
+	"net/url"
 	"reflect"
 	"slices"
 	"strconv"
@@ -44,14 +45,19 @@ type Server struct {
 	Workspaces  *tools.Workspaces // for /flow/instances/{id}/files/…; nil: none
 	Refused     []flow.Refused
 	Model       string
+	ModelNote   string     // for /healthz, beside Model: what the model is, where its name does not say
 	MCP         *tools.MCP // for /healthz; nil: none
 	AdminToken  string
 	APIKeys     []string
 	// UpstreamModels are the models a /v1 request may choose for a flow's
-	// "client" agent, as "FLOW@provider:model" (SPEC §4a); none: only the
-	// agent's own.
+	// "client" agent, as "FLOW@provider:model"; none: only the agent's own.
 	UpstreamModels []string
-	Log            *slog.Logger
+	// ExperimentsAuth says who may start, resume, replay or cancel an
+	// experiment, which makes paid model calls: "" or "open", anyone;
+	// "keys", a request with one of APIKeys or the AdminToken; "admin",
+	// one with the AdminToken.
+	ExperimentsAuth string
+	Log             *slog.Logger
 	// WriteTimeout bounds each write to a client (0: 30s); MaxStreams the
 	// streams of instances (…/stream, EventSource reconnects) open at once
 	// (0: 1024); streams that run a flow count as runs.
@@ -63,6 +69,7 @@ type Server struct {
 	Streams Gauge
 
 	frames    frameCache
+	sent      callIndex // the calls /v1 clients were sent, by instance
 	streamsMu sync.Mutex
 	streams   int
 }
@@ -97,16 +104,16 @@ func (s *Server) Handler() http.Handler {
 	r.Post("/flow/instances/{id}/cancel", s.handler(s.cancel))
 	r.Get("/flow/instances/{id}/files/*", s.handler(s.file))
 	r.Post("/flow/instances/{id}/review", s.handler(s.review))
-	r.Post("/experiments", s.handler(s.createExperiment))
+	r.With(s.experimenter).Post("/experiments", s.handler(s.createExperiment))
 	r.Get("/experiments", s.handler(s.listExperiments))
 	r.Get("/experiments/{id}", s.handler(s.getExperiment))
 	r.Get("/experiments/{id}/events", s.handler(s.experimentEvents))
 	r.Get("/experiments/{id}/results.jsonl", s.handler(s.experimentResults))
 	r.Get("/experiments/{id}/report.{format}", s.handler(s.experimentReport))
 	r.Get("/experiments/{id}/compare", s.handler(s.compareExperiment))
-	r.Post("/experiments/{id}/cancel", s.handler(s.cancelExperiment))
-	r.Post("/experiments/{id}/resume", s.handler(s.resumeExperiment))
-	r.Post("/experiments/{id}/replay", s.handler(s.replayExperiment))
+	r.With(s.experimenter).Post("/experiments/{id}/cancel", s.handler(s.cancelExperiment))
+	r.With(s.experimenter).Post("/experiments/{id}/resume", s.handler(s.resumeExperiment))
+	r.With(s.experimenter).Post("/experiments/{id}/replay", s.handler(s.replayExperiment))
 	r.Route("/v1", s.openAIRoutes) // OpenAI's Chat Completions API, a flow as the model (openai.go)
 	r.NotFound(s.handler(func(w http.ResponseWriter, r *http.Request) error {
 		return &Error{Status: http.StatusNotFound, Code: "not_found", Message: "no route " + r.Method + " " + r.URL.Path}
@@ -147,8 +154,12 @@ func (s *Server) health(w http.ResponseWriter, r *http.Request) error {
 	if refused == nil {
 		refused = []flow.Refused{}
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"status": status, "model": s.Model, "flows": slices.Sorted(maps.Keys(s.Engine.Flows)), "refused": refused,
-		"mcp": s.MCP.States()})
+	out := map[string]any{"status": status, "model": s.Model, "flows": slices.Sorted(maps.Keys(s.Engine.Flows)), "refused": refused,
+		"mcp": s.MCP.States()}
+	if s.ModelNote != "" {
+		out["model_note"] = s.ModelNote
+	}
+	writeJSON(w, http.StatusOK, out)
 	return nil
 }
 
@@ -431,9 +442,14 @@ type listQuery struct {
 	FlowID string `json:"flow_id"`
 }
 
-// listInstances serves GET /flow/instances.
+// listInstances serves GET /flow/instances; ?experiment=ID and
+// ?tag=NAME:VALUE (repeated: all of them) pick instances by their tags.
 func (s *Server) listInstances(w http.ResponseWriter, r *http.Request) error {
 	q := listQuery{Limit: 50, FlowID: r.URL.Query().Get("flow_id")}
+	tags, err := tagFilter(r.URL.Query())
+	if err != nil {
+		return err
+	}
 	if l := r.URL.Query().Get("limit"); l != "" {
 		n, err := strconv.Atoi(l)
 		if err != nil {
@@ -444,7 +460,7 @@ func (s *Server) listInstances(w http.ResponseWriter, r *http.Request) error {
 	if err := check(&q); err != nil {
 		return err
 	}
-	list, err := s.Engine.Store.List(r.Context(), flow.ListOptions{FlowID: q.FlowID, Limit: q.Limit})
+	list, err := s.Engine.Store.List(r.Context(), flow.ListOptions{FlowID: q.FlowID, Limit: q.Limit, Tags: tags})
 	if err != nil {
 		return err
 	}
@@ -453,6 +469,27 @@ func (s *Server) listInstances(w http.ResponseWriter, r *http.Request) error {
 	}
 	writeJSON(w, http.StatusOK, list)
 	return nil
+}
+
+// tagFilter reads a listing's tags: ?experiment=ID is ?tag=experiment:ID.
+func tagFilter(query url.Values) (map[string]string, error) {
+	tags := map[string]string{}
+	var fields []FieldError
+	for _, t := range query["tag"] {
+		name, value, ok := strings.Cut(t, ":")
+		if !ok || !flow.TagName(name) {
+			fields = append(fields, FieldError{"tag", fmt.Sprintf("%q: want NAME:VALUE, NAME letters, digits, _ and - (experiment, condition, label, sample, repeat)", t)})
+			continue
+		}
+		tags[name] = value
+	}
+	if id := query.Get("experiment"); id != "" {
+		tags["experiment"] = id
+	}
+	if fields != nil {
+		return nil, &Error{Status: http.StatusBadRequest, Code: "invalid_request", Message: "invalid request", Fields: fields}
+	}
+	return tags, nil
 }
 
 // getInstance serves GET /flow/instances/{id}, and with include_hidden=true
@@ -479,6 +516,9 @@ func (s *Server) getInstance(w http.ResponseWriter, r *http.Request) error {
 	if pending != nil {
 		out["reviews"] = pending
 	}
+	if len(inst.Tags) > 0 {
+		out["tags"] = inst.Tags
+	}
 	writeJSON(w, http.StatusOK, out)
 	return nil
 }
@@ -488,7 +528,7 @@ func (s *Server) getInstance(w http.ResponseWriter, r *http.Request) error {
 // draft no superego has released: its arguments are shown only with full,
 // the research view.
 func (s *Server) reviews(ctx context.Context, id string, full bool) (flow.State, []flow.PendingReview, error) {
-	events, err := s.Engine.Store.Events(ctx, id, 0)
+	events, err := s.Engine.Events(ctx, id, 0)
 	if err != nil {
 		return flow.State{}, nil, err
 	}
@@ -525,8 +565,48 @@ func (s *Server) reviews(ctx context.Context, id string, full bool) (flow.State,
 // admin reports whether the request carries the admin token; with none
 // configured, nobody is admin.
 func (s *Server) admin(r *http.Request) bool {
-	token, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	token, ok := bearer(r)
 	return ok && s.AdminToken != "" && subtle.ConstantTimeCompare([]byte(token), []byte(s.AdminToken)) == 1
+}
+
+// bearer is the request's bearer token. The scheme is matched whatever its
+// case, as RFC 7235 has it: "bearer KEY" is "Bearer KEY".
+func bearer(r *http.Request) (string, bool) {
+	scheme, token, _ := strings.Cut(r.Header.Get("Authorization"), " ")
+	token = strings.TrimSpace(token)
+	return token, strings.EqualFold(scheme, "Bearer") && token != ""
+}
+
+// apiKey reports whether the request carries one of APIKeys, compared with
+// every key in constant time.
+func (s *Server) apiKey(r *http.Request) bool {
+	token, ok := bearer(r)
+	match := 0
+	for _, k := range s.APIKeys {
+		match |= subtle.ConstantTimeCompare([]byte(token), []byte(k))
+	}
+	return ok && match == 1
+}
+
+// experimenter lets a request through to a route that starts or stops an
+// experiment's paid model calls when ExperimentsAuth allows it.
+func (s *Server) experimenter(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		allowed, want := true, ""
+		switch s.ExperimentsAuth {
+		case "keys":
+			allowed, want = s.admin(r) || s.apiKey(r), "one of the server's SUPEREGO_API_KEYS, or its SUPEREGO_ADMIN_TOKEN"
+		case "admin":
+			allowed, want = s.admin(r), "the server's SUPEREGO_ADMIN_TOKEN"
+		}
+		if !allowed {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="superego"`)
+			writeJSON(w, http.StatusUnauthorized, map[string]*Error{"error": {Code: "unauthorized",
+				Message: "experiments make paid model calls: this server starts, resumes, replays and cancels them for a request with Authorization: Bearer and " + want}})
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
 }
 
 // cancel serves POST /flow/instances/{id}/cancel.

@@ -32,6 +32,7 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, sub *flow.Subscr
 	if err := es.open(); err != nil { // headers leave now, before the first model call
 		return nil
 	}
+	response := "" // the last visible response sent
 	for ev := range sub.Events(r.Context()) {
 		frame, err := s.frames.get(sub.Instance, ev)
 		if err != nil {
@@ -45,6 +46,31 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, sub *flow.Subscr
 		}
 		if ev.Name == flow.EventDone {
 			return nil
+		}
+		if st, ok := ev.Data.(flow.Step); ok && st.Response != "" && st.Role != flow.RoleUser {
+			response = st.Response
+		}
+	}
+	if r.Context().Err() == nil && s.Engine.Closed() {
+		// The shutdown stopped the run where it was: it resumes when the
+		// server starts again. The stream ends as every stream does. Its
+		// error and done are not the instance's events, and have no id: a
+		// client that reconnects resumes after the last event that was.
+		end := []struct {
+			name string
+			data any
+		}{
+			{flow.EventError, flow.ErrorData{Code: "shutting_down", Message: "the server is shutting down; the run resumes when it starts again: follow it at /flow/instances/" + sub.Instance + "/stream"}},
+			{flow.EventDone, flow.Done{InstanceID: sub.Instance, Status: flow.StatusRunning, Response: response}},
+		}
+		for i, ev := range end {
+			frame, err := sseFrame("", ev.name, ev.data)
+			if err != nil {
+				return err
+			}
+			if es.write(frame, i == len(end)-1) != nil {
+				return nil
+			}
 		}
 	}
 	return nil
@@ -95,13 +121,17 @@ func (es *eventStream) write(frame []byte, flush bool) error {
 }
 
 // sseFrame is an event as Server-Sent Events send it: "id: …\nevent:
-// …\ndata: …\n\n".
+// …\ndata: …\n\n"; with no id, no "id:" line, which would reset the id
+// a client resumes from.
 func sseFrame(id, name string, data any) ([]byte, error) {
 	b, err := json.Marshal(data)
 	if err != nil {
 		return nil, err
 	}
-	m := &sse.Message{ID: sse.ID(id), Type: sse.Type(name)}
+	m := &sse.Message{Type: sse.Type(name)}
+	if id != "" {
+		m.ID = sse.ID(id)
+	}
 	m.AppendData(string(b))
 	var buf bytes.Buffer
 	if _, err := m.WriteTo(&buf); err != nil {

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
@@ -16,6 +17,10 @@ import (
 
 // maxDatasetLine bounds one line of a JSONL dataset.
 const maxDatasetLine = 1 << 20
+
+// maxDataset bounds the bytes of a document's dataset files, all of them
+// together: its samples are kept with the experiment, and read whole.
+const maxDataset = 16 << 20
 
 // readDatasets reads every file of a dataset, in order. The format comes
 // from the file: .jsonl is JSON lines of {id, input, label, category};
@@ -27,12 +32,13 @@ func readDatasets(paths []string, label string, env Env) ([]Sample, error) {
 		return nil, errors.New(msg)
 	}
 	var out []Sample
+	left := int64(maxDataset)
 	for _, p := range paths {
 		full, err := resolvePath(p, env)
 		if err != nil {
 			return nil, err
 		}
-		samples, err := readDataset(full, p, label)
+		samples, err := readDataset(full, p, label, env, &left)
 		if err != nil {
 			return nil, err
 		}
@@ -41,7 +47,9 @@ func readDatasets(paths []string, label string, env Env) ([]Sample, error) {
 	return out, nil
 }
 
-func readDataset(path, name, label string) ([]Sample, error) {
+// readDataset reads one file of a dataset, at most *left bytes of it, and
+// takes what it read from *left.
+func readDataset(path, name, label string, env Env, left *int64) ([]Sample, error) {
 	ext := strings.ToLower(filepath.Ext(path))
 	switch {
 	case ext != ".jsonl" && ext != ".csv" && ext != ".json":
@@ -49,19 +57,25 @@ func readDataset(path, name, label string) ([]Sample, error) {
 	case label != "" && ext != ".json":
 		return nil, fmt.Errorf("%s: label labels an AgentHarm JSON file; JSONL and CSV rows carry their own, and HarmBench's are harmful", name)
 	}
-	f, err := os.Open(path)
+	f, err := openDataset(path, name, env)
 	if err != nil {
-		return nil, fmt.Errorf("open %s: %w", name, errors.Unwrap(err))
+		return nil, err
 	}
 	defer f.Close()
+	// One byte past what is left says the file is larger, whatever a
+	// parser makes of the bytes it was given.
+	r := &countingReader{r: io.LimitReader(f, *left+1)}
 	var samples []Sample
 	switch ext {
 	case ".jsonl":
-		samples, err = readJSONL(f)
+		samples, err = readJSONL(r)
 	case ".csv":
-		samples, err = readCSV(f)
+		samples, err = readCSV(r)
 	default:
-		samples, err = readAgentHarm(f, filepath.Base(path), label)
+		samples, err = readAgentHarm(r, filepath.Base(path), label)
+	}
+	if *left -= r.n; *left < 0 {
+		return nil, fmt.Errorf("%s: the dataset is larger than %d MiB, all its files together", name, maxDataset>>20)
 	}
 	var le *lineErr
 	switch {
@@ -74,6 +88,55 @@ func readDataset(path, name, label string) ([]Sample, error) {
 		return nil, fmt.Errorf("%s: no samples", name)
 	}
 	return samples, nil
+}
+
+// openDataset opens a dataset file: a regular file, and where env is
+// confined, one inside env.Dir, through whatever links: a link that leads
+// out of it is refused, as the workspace tools refuse one.
+func openDataset(path, name string, env Env) (*os.File, error) {
+	var info os.FileInfo
+	var f *os.File
+	var err error
+	if env.Confined {
+		var root *os.Root
+		if root, err = os.OpenRoot(env.Dir); err != nil {
+			return nil, fmt.Errorf("open %s: %w", name, errors.Unwrap(err))
+		}
+		defer root.Close()
+		rel, _ := filepath.Rel(env.Dir, path) // resolvePath joined it to env.Dir
+		if info, err = root.Stat(rel); err == nil && info.Mode().IsRegular() {
+			f, err = root.Open(rel)
+		}
+	} else if info, err = os.Stat(path); err == nil && info.Mode().IsRegular() {
+		f, err = os.Open(path)
+	}
+	switch {
+	case err != nil && env.Confined && !errors.Is(err, fs.ErrNotExist) && exists(path):
+		// There, but not through the root: a link leads out.
+		return nil, fmt.Errorf("open %s: it leads outside the experiments directory, through a link", name)
+	case err != nil:
+		return nil, fmt.Errorf("open %s: %w", name, errors.Unwrap(err))
+	case f == nil:
+		return nil, fmt.Errorf("open %s: not a regular file", name)
+	}
+	return f, nil
+}
+
+func exists(path string) bool {
+	_, err := os.Stat(path)
+	return err == nil
+}
+
+// countingReader counts the bytes read through it.
+type countingReader struct {
+	r io.Reader
+	n int64
+}
+
+func (c *countingReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.n += int64(n)
+	return n, err
 }
 
 // lineErr is a dataset row that does not read, at its line.

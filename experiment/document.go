@@ -117,6 +117,20 @@ type Env struct {
 	// experiments directory.
 	Dir      string
 	Confined bool
+	// MaxOutcomes bounds an experiment's outcomes (samples × conditions ×
+	// repeats); 0: no bound.
+	MaxOutcomes int
+}
+
+// tooMany is the problem of an experiment with more outcomes than
+// MaxOutcomes, or nil.
+func (env Env) tooMany(samples, conditions, repeats int) *flow.Problem {
+	if n := samples * conditions * repeats; env.MaxOutcomes > 0 && n > env.MaxOutcomes {
+		return &flow.Problem{Path: "max_outcomes", Message: fmt.Sprintf(
+			"%d samples × %d conditions × %d repeats are %d outcomes, and this server runs at most %d an experiment (--max-outcomes, SUPEREGO_MAX_OUTCOMES)",
+			samples, conditions, repeats, n, env.MaxOutcomes)}
+	}
+	return nil
 }
 
 // Plan is a checked document, ready to run and to keep: its samples read
@@ -238,6 +252,11 @@ func (d *Document) Check(env Env) (*Plan, error) {
 			add(at+".flow", "the samples bring tools, and flow %q has no agent that takes a client's tools (\"tools\": [\"client\"]) to offer them to", c.Flow)
 		}
 		p.Conditions = append(p.Conditions, planned)
+	}
+	if len(problems) == 0 {
+		if tm := env.tooMany(len(p.Samples), len(p.Conditions), p.Repeats); tm != nil {
+			problems = append(problems, *tm)
+		}
 	}
 	if len(problems) > 0 {
 		return nil, invalid(problems...)

@@ -4,6 +4,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -227,5 +228,70 @@ func TestDatasetLineTooLong(t *testing.T) {
 	_, err := readJSONL(strings.NewReader("{\"id\": 1, \"input\": \"hi\", \"label\": \"benign\"}\n\n\n" + long + "\n"))
 	if want := "line 4: longer than 1048576 bytes"; err == nil || err.Error() != want {
 		t.Errorf("got %v, want %s", err, want)
+	}
+}
+
+// A dataset posted over HTTP is read from inside the experiments directory
+// only, whatever links it holds, and no dataset is read past maxDataset: a
+// link to /dev/zero costs nothing, and a file larger than that no more
+// than maxDataset.
+func TestDatasetLinksAndSizes(t *testing.T) {
+	outside, dir := t.TempDir(), t.TempDir()
+	line := `{"id": "a", "input": "hi", "label": "benign"}` + "\n"
+	for name, body := range map[string]string{
+		filepath.Join(outside, "set.jsonl"):    line,
+		filepath.Join(dir, "set.jsonl"):        line,
+		filepath.Join(dir, "big.jsonl"):        line + strings.Repeat(strings.Repeat(" ", 1<<19)+"\n", maxDataset>>19+1),
+		filepath.Join(dir, "half.jsonl"):       line + strings.Repeat(strings.Repeat(" ", 1<<19)+"\n", maxDataset>>20),
+		filepath.Join(dir, "other-half.jsonl"): strings.Replace(line, `"a"`, `"b"`, 1) + strings.Repeat(strings.Repeat(" ", 1<<19)+"\n", maxDataset>>20),
+	} {
+		if err := os.WriteFile(name, []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for link, target := range map[string]string{
+		"inside.jsonl": "set.jsonl",
+		"out.jsonl":    filepath.Join(outside, "set.jsonl"),
+		"zero.json":    "/dev/zero",
+		"zero.csv":     "/dev/zero",
+		"sub":          outside,
+	} {
+		if err := os.Symlink(target, filepath.Join(dir, link)); err != nil {
+			t.Skipf("no symbolic links here: %v", err)
+		}
+	}
+	env := testEnv(t)
+	env.Dir = dir
+	confined := env
+	confined.Confined = true
+	for _, c := range []struct {
+		env     Env
+		dataset string
+		want    string // "": it reads
+	}{
+		{confined, `"set.jsonl"`, ""},
+		{confined, `"inside.jsonl"`, ""},
+		{confined, `"out.jsonl"`, `dataset: open out.jsonl: it leads outside the experiments directory, through a link`},
+		{confined, `"sub/set.jsonl"`, `dataset: open sub/set.jsonl: it leads outside the experiments directory, through a link`},
+		{confined, `"zero.json"`, `dataset: open zero.json: it leads outside the experiments directory, through a link`},
+		{confined, `"zero.csv"`, `dataset: open zero.csv: it leads outside the experiments directory, through a link`},
+		{env, `"out.jsonl"`, ""}, // the command line reads the researcher's own files
+		{env, `"zero.json"`, `dataset: open zero.json: not a regular file`},
+		{env, `"big.jsonl"`, `dataset: big.jsonl: the dataset is larger than 16 MiB, all its files together`},
+		{confined, `["half.jsonl", "other-half.jsonl"]`, `dataset: other-half.jsonl: the dataset is larger than 16 MiB, all its files together`},
+	} {
+		var before, after runtime.MemStats
+		runtime.ReadMemStats(&before)
+		_, err := check(t, c.env, `{"dataset": `+c.dataset+`, `+oneCondition+`}`)
+		runtime.ReadMemStats(&after)
+		switch {
+		case c.want == "" && err != nil:
+			t.Errorf("%s: %v", c.dataset, err)
+		case c.want != "" && (err == nil || err.Error() != c.want):
+			t.Errorf("%s (confined %v):\n got %v\nwant %s", c.dataset, c.env.Confined, err, c.want)
+		}
+		if strings.Contains(c.dataset, "zero.") && after.TotalAlloc-before.TotalAlloc > 1<<20 {
+			t.Errorf("%s: %d MiB allocated", c.dataset, (after.TotalAlloc-before.TotalAlloc)>>20)
+		}
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"iter"
 	"log/slog"
 	"maps"
 	"slices"
@@ -56,6 +57,11 @@ var (
 	// "running", and the server resumes it when it starts again.
 	ErrShutdown = errors.New("experiment: the server is shutting down")
 )
+
+// ErrFinished is Start's answer for an experiment that has completed: it
+// is not a failure, and a caller says so (RetryErrors runs its failed
+// outcomes again).
+var ErrFinished = errors.New("already finished: nothing is left to run")
 
 // run is an experiment's session in this process.
 type run struct {
@@ -110,7 +116,7 @@ func (l *Lab) Start(ctx context.Context, id string, opts Options) error {
 		return err
 	}
 	if rec.Status == StatusCompleted && !opts.RetryErrors {
-		return fmt.Errorf("experiment %s is completed: %w", id, flow.ErrIdle)
+		return fmt.Errorf("experiment %s: %w", id, ErrFinished)
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -306,7 +312,7 @@ func (l *Lab) session(r *run, plan *Plan, opts Options) {
 }
 
 func (l *Lab) runPlan(r *run, plan *Plan, opts Options) error {
-	kept, err := l.kept(r.ctx, r.id)
+	kept, err := l.slots(r.ctx, r.id)
 	if err != nil {
 		return err
 	}
@@ -314,25 +320,16 @@ func (l *Lab) runPlan(r *run, plan *Plan, opts Options) error {
 	if err != nil {
 		return err
 	}
-	unfinished := func(k Kept, ok bool) bool {
-		if !ok || k.Outcome == nil {
-			return true
-		}
-		var o Outcome
-		return opts.RetryErrors && json.Unmarshal(k.Outcome, &o) == nil && o.apart()
+	unfinished := func(k slotState, ok bool) bool {
+		return !ok || !k.finished || opts.RetryErrors && k.apart
 	}
 	r.mu.Lock()
 	for _, k := range kept {
-		if k.Outcome == nil {
-			continue
-		}
-		var o Outcome
-		apart := json.Unmarshal(k.Outcome, &o) == nil && o.apart()
-		if apart && opts.RetryErrors {
-			continue // to run again
+		if !k.finished || k.apart && opts.RetryErrors {
+			continue // to run (again)
 		}
 		r.progress.Done++
-		if apart && o.Status != flow.StatusDiverged {
+		if k.failed {
 			r.progress.Errors++
 		}
 	}
@@ -345,31 +342,36 @@ func (l *Lab) runPlan(r *run, plan *Plan, opts Options) error {
 				break
 			}
 			// The runs a counterfactual replays are those just finished too.
-			if kept, err = l.kept(r.ctx, r.id); err != nil {
+			if kept, err = l.slots(r.ctx, r.id); err != nil {
 				return err
 			}
 		}
-		var jobs []job
-		for rep := range plan.Repeats {
-			for _, s := range plan.Samples {
-				for _, c := range plan.Conditions {
-					if (c.Replay != nil) != replays {
-						continue
-					}
-					slot := Slot{Condition: c.Name, Label: s.Label, SampleID: s.ID, Repeat: rep}
-					k, ok := kept[slot]
-					if !unfinished(k, ok) {
-						continue
-					}
-					j := job{slot: slot, sample: s, cond: c, prior: k.Instance, retry: k.Outcome != nil}
-					if c.Replay != nil {
-						src, ok := kept[Slot{Condition: c.Replay.From, Label: s.Label, SampleID: s.ID, Repeat: rep}]
-						if !ok || src.Outcome == nil {
-							continue // nothing recorded to replay; counted as not done
+		// The jobs are made as the workers take them: a plan of millions
+		// of outcomes holds only those in flight.
+		jobs := func(yield func(job) bool) {
+			for rep := range plan.Repeats {
+				for _, s := range plan.Samples {
+					for _, c := range plan.Conditions {
+						if (c.Replay != nil) != replays {
+							continue
 						}
-						j.replayOf = src.Instance
+						slot := Slot{Condition: c.Name, Label: s.Label, SampleID: s.ID, Repeat: rep}
+						k, ok := kept[slot]
+						if !unfinished(k, ok) {
+							continue
+						}
+						j := job{slot: slot, sample: s, cond: c, prior: k.instance, retry: k.finished}
+						if c.Replay != nil {
+							src, ok := kept[Slot{Condition: c.Replay.From, Label: s.Label, SampleID: s.ID, Repeat: rep}]
+							if !ok || !src.finished {
+								continue // nothing recorded to replay; counted as not done
+							}
+							j.replayOf = src.instance
+						}
+						if !yield(j) {
+							return
+						}
 					}
-					jobs = append(jobs, j)
 				}
 			}
 		}
@@ -388,27 +390,44 @@ func (l *Lab) runPlan(r *run, plan *Plan, opts Options) error {
 	return nil
 }
 
-// kept reads the experiment's slots, by slot.
-func (l *Lab) kept(ctx context.Context, id string) (map[Slot]Kept, error) {
+// slotState is what a session keeps of a slot begun: its instance, and
+// whether its outcome is recorded, and counted apart (failed or diverged),
+// and failed. It is small, so that a session of many outcomes holds little
+// per outcome; their recorded outcomes it does not hold.
+type slotState struct {
+	instance string
+	finished bool
+	apart    bool
+	failed   bool
+}
+
+// slots reads the experiment's slots begun, by slot.
+func (l *Lab) slots(ctx context.Context, id string) (map[Slot]slotState, error) {
 	list, err := l.Store.Outcomes(ctx, id)
 	if err != nil {
 		return nil, fmt.Errorf("experiment %s: %w", id, err)
 	}
-	out := make(map[Slot]Kept, len(list))
-	for _, k := range list {
-		out[k.Slot] = k
+	out := make(map[Slot]slotState, len(list))
+	for i, k := range list {
+		st := slotState{instance: k.Instance, finished: k.Outcome != nil}
+		var o Outcome
+		if st.finished && json.Unmarshal(k.Outcome, &o) == nil && o.apart() {
+			st.apart, st.failed = true, o.Status != flow.StatusDiverged
+		}
+		out[k.Slot] = st
+		list[i] = Kept{} // its outcome may go as the rest is read
 	}
 	return out, nil
 }
 
 // pool runs jobs, concurrency at a time, until they are done or the
 // session ends; it reports the first error that is not an outcome's.
-func (l *Lab) pool(r *run, concurrency int, jobs []job, judge *judge, opts Options) error {
+func (l *Lab) pool(r *run, concurrency int, jobs iter.Seq[job], judge *judge, opts Options) error {
 	queue := make(chan job)
 	var wg sync.WaitGroup
 	var once sync.Once
 	var failed error
-	for range min(concurrency, max(len(jobs), 1)) {
+	for range concurrency {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -420,7 +439,7 @@ func (l *Lab) pool(r *run, concurrency int, jobs []job, judge *judge, opts Optio
 		}()
 	}
 feed:
-	for _, j := range jobs {
+	for j := range jobs {
 		select {
 		case queue <- j:
 		case <-r.ctx.Done():
@@ -538,7 +557,7 @@ func (l *Lab) events(r *run, j job, opts Options) (instance string, events []flo
 	// commit: a crash between them leaves a record of an instance that
 	// does not exist, which a later session runs anew, or an instance no
 	// record names, empty, which nothing runs.
-	inst := flow.Instance{ID: flow.NewID(), FlowID: j.cond.Flow, CreatedAt: time.Now().UTC()}
+	inst := flow.Instance{ID: flow.NewID(), FlowID: j.cond.Flow, CreatedAt: time.Now().UTC(), Tags: tags(r.id, j.slot)}
 	// Its one slot lets the store's writer report the create and go on,
 	// even when this worker has not come to read it yet.
 	created := make(chan error, 1)

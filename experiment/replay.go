@@ -51,13 +51,16 @@ func (l *Lab) Replay(ctx context.Context, id string, req ReplayRequest) (Planned
 	if len(req.Constitutions) == 0 && len(req.Models) == 0 {
 		return Planned{}, bad("constitutions", "a replay changes a constitution or a model of a node: give at least one")
 	}
-	kept, err := l.kept(ctx, id)
+	if p := l.Env.tooMany(len(plan.Samples), len(plan.Conditions)+1, plan.Repeats); p != nil {
+		return Planned{}, invalid(*p)
+	}
+	kept, err := l.slots(ctx, id)
 	if err != nil {
 		return Planned{}, err
 	}
 	recorded := 0
-	for _, k := range kept {
-		if k.Condition == src.Name && k.Outcome != nil {
+	for slot, k := range kept {
+		if slot.Condition == src.Name && k.finished {
 			recorded++
 		}
 	}

@@ -17,7 +17,8 @@ import (
 // logs; MemStore keeps it in memory.
 type Store interface {
 	CreateExperiment(ctx context.Context, r Record) error
-	// UpdateExperiment changes an experiment's status and plan.
+	// UpdateExperiment changes an experiment's status and plan, and its
+	// Out where r's is set.
 	UpdateExperiment(ctx context.Context, r Record) error
 	// Experiment is flow.ErrNotFound for an unknown id.
 	Experiment(ctx context.Context, id string) (Record, error)
@@ -41,6 +42,10 @@ type Record struct {
 	CreatedAt time.Time
 	Status    string
 	Plan      []byte // the Plan's JSON
+	// Out is the directory, absolute, where the command line writes the
+	// experiment's results.jsonl, report.json and report.md: each command
+	// on it writes there unless told otherwise. "" until one has.
+	Out string
 }
 
 // Kept is a slot as a store keeps it: its instance, and its outcome's
@@ -95,6 +100,9 @@ func (m *MemStore) UpdateExperiment(_ context.Context, r Record) error {
 		return fmt.Errorf("experiment %q: %w", r.ID, flow.ErrNotFound)
 	}
 	old.Status, old.Plan = r.Status, r.Plan
+	if r.Out != "" {
+		old.Out = r.Out
+	}
 	m.records[r.ID] = old
 	return nil
 }

@@ -654,7 +654,7 @@ func Reviews(steps []Step) []PendingReview {
 func waitingResults(turn []Step) []waiting {
 	var out []waiting
 	for j, s := range turn {
-		for _, u := range s.ToolUsage {
+		for _, u := range usageOf(s) {
 			if u.AwaitingResult && !settledLater(turn[j+1:], u.ID) {
 				out = append(out, waiting{s.Node, u})
 			}
@@ -667,8 +667,18 @@ func waitingResults(turn []Step) []waiting {
 // refused or answered.
 func settledLater(later []Step, id string) bool {
 	return slices.ContainsFunc(later, func(s Step) bool {
-		return slices.ContainsFunc(s.ToolUsage, func(u ToolUse) bool { return u.ID == id && !u.AwaitingResult })
+		return slices.ContainsFunc(usageOf(s), func(u ToolUse) bool { return u.ID == id && !u.AwaitingResult })
 	})
+}
+
+// usageOf is a step's tool usage as the agent made it: a step withheld when
+// its turn paused for the client (§4a) shows only the calls sent to the
+// client, and keeps the results that came back, and the refusals, apart.
+func usageOf(s Step) []ToolUse {
+	if s.Withheld != "" {
+		return s.WithheldToolUsage
+	}
+	return s.ToolUsage
 }
 
 // answered are node's calls sent to the client, with the results the

@@ -6,10 +6,12 @@ import (
 	"fmt"
 	"iter"
 	"log/slog"
+	"maps"
 	"slices"
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -31,38 +33,54 @@ type Engine struct {
 	// Replicas, where set, shares runs with other engines on the same
 	// database: they are written with a job, and run where there is room.
 	Replicas Replicas
+	// MaxInput bounds the bytes of input, a conversation's included, that
+	// the runs in flight were started with: a run's memory grows with its
+	// input, several times over. 0 means DefaultMaxInput.
+	MaxInput int64
 
 	variants variants
 
 	mu       sync.Mutex
-	live     map[string]*liveRun // by instance id
-	backlogs map[string]*backlog // idle instances' logs, shared by their readers
-	gen      int64               // counts runs reserved and released: a backlog read across one may be stale
+	input    int64                  // bytes of input the live runs hold
+	live     map[string]*liveRun    // by instance id
+	backlogs map[string]*backlog    // idle instances' logs, shared by their readers
+	unsaved  map[string]*lostEnding // by instance id: endings of lost runs not recorded yet
 	closed   bool
 	wg       sync.WaitGroup
 }
 
 // backlog is an idle instance's log as its subscribers read it: read once,
-// shared, each subscriber with a cursor, and dropped when the last one goes.
+// by the first of them while the others wait for that read, shared, each
+// subscriber with a cursor, and dropped when the last one goes. A run that
+// begins or ends on the instance takes it out of Engine.backlogs: readers
+// that come later read the log again.
 type backlog struct {
 	events []Event
+	err    error
+	read   chan struct{} // closed once events, or err, are there
 	refs   int
 }
 
 type liveRun struct {
 	ctx    context.Context // the run's own: it outlives the request that started it
 	cancel context.CancelCauseFunc
+	input  int64 // bytes of input it was started with, counted against MaxInput
 
 	mu      sync.Mutex // orders numbering, delivery and subscribing
 	seq     int64
 	pending []pendingEvent // published, not yet delivered: in order
 	err     error          // the first write that failed; the run fails at its next event
+	nolog   bool           // its instance's creation failed: it has no log to end
 	drained sync.Cond      // pending became empty, or a held write ended
 	holding int            // held events whose writes are not done
 	log     []Event        // delivered events, kept while the run has subscribers to read them
 	ended   bool           // log is complete
 	subs    map[*Subscription]struct{}
 	watch   func(Event) // Run's watcher, if any: called in deliver
+	// finished: its done is delivered, and a client may act on it before
+	// the run has let go of its instance; free is closed once it has.
+	finished atomic.Bool
+	free     chan struct{}
 }
 
 // pendingEvent waits until it, and every event before it, is durable.
@@ -73,7 +91,7 @@ type pendingEvent struct {
 
 func newLiveRun() *liveRun {
 	// Sized for a typical run, so its events rarely copy as they arrive.
-	run := &liveRun{subs: map[*Subscription]struct{}{}, pending: make([]pendingEvent, 0, 8)}
+	run := &liveRun{subs: map[*Subscription]struct{}{}, pending: make([]pendingEvent, 0, 8), free: make(chan struct{})}
 	run.drained.L = &run.mu
 	return run
 }
@@ -256,15 +274,35 @@ func (e *Engine) start(ctx context.Context, req Request, review *Review, attach 
 	if err != nil {
 		return nil, Turn{}, err
 	}
+	e.saveEndings()
+	if err := e.savedEnding(instanceID); err != nil {
+		return nil, Turn{}, err // its last run's ids are not in its log yet
+	}
 	run := newLiveRun()
-	if err := e.reserve(instanceID, run); err != nil {
-		return nil, Turn{}, err
+	run.input = req.size()
+	for {
+		err := e.reserve(instanceID, run)
+		if err == nil {
+			break
+		}
+		// A run that has sent its done is letting go of the instance: its
+		// client, which may answer at once (with its tools' results,
+		// §4a), waits for that rather than being refused.
+		free := e.finishing(instanceID)
+		if !errors.Is(err, ErrBusy) || free == nil {
+			return nil, Turn{}, err
+		}
+		select {
+		case <-free:
+		case <-ctx.Done():
+			return nil, Turn{}, err
+		}
 	}
 	var st State
 	if isNew {
 		// Queued ahead of the run's events: they wait for it, and a
 		// failure fails the run at its next event.
-		e.Store.Create(Instance{ID: instanceID, FlowID: req.FlowID, CreatedAt: time.Now().UTC()}, run.failed)
+		e.Store.Create(Instance{ID: instanceID, FlowID: req.FlowID, CreatedAt: time.Now().UTC(), Tags: req.Options.Tags}, run.created)
 	} else {
 		events, err := e.Store.Events(ctx, instanceID, 0)
 		if err != nil {
@@ -369,7 +407,7 @@ func (e *Engine) run(run *liveRun, turn Turn, claim *Claim) {
 			}
 		}()
 	}
-	defer e.endRun(run, &turn)
+	defer run.end()
 	defer func() {
 		if p := recover(); p != nil {
 			e.runLog(&turn).Error("run stopped by a panic; it resumes at the next start", "panic", fmt.Sprint(p))
@@ -392,16 +430,15 @@ func (e *Engine) run(run *liveRun, turn Turn, claim *Claim) {
 	info := RunInfo{FlowID: turn.FlowID, InstanceID: turn.InstanceID, RunID: turn.RunID, Resumed: turn.Resume && !turn.Opened}
 	ctx := e.Exec.Observe.runStarted(run.ctx, info)
 	out := e.Exec.Run(ctx, turn, sink)
-	e.Exec.Observe.runEnded(ctx, info, out)
-	ended = out.Status != statusInterrupted
-	e.logOutcome(ctx, &turn, out, claim)
+	ended = e.finish(ctx, run, &turn, info, out, claim)
 }
 
-// logOutcome logs how a run ended, where that is news to an operator. It
-// is apart from run so that what it needs takes no room on the stack while
-// a run waits on its model: a thousand runs in flight hold a thousand
-// stacks.
-func (e *Engine) logOutcome(ctx context.Context, turn *Turn, out Outcome, claim *Claim) {
+// finish settles how a run ended, tells the observer and logs it where
+// that is news to an operator; it reports whether the run ended (one
+// interrupted did not). It is apart from run so that what it needs takes
+// no room on the stack while a run waits on its model: a thousand runs in
+// flight hold a thousand stacks.
+func (e *Engine) finish(ctx context.Context, run *liveRun, turn *Turn, info RunInfo, out Outcome, claim *Claim) bool {
 	lost := false
 	if claim != nil {
 		select {
@@ -410,6 +447,12 @@ func (e *Engine) logOutcome(ctx context.Context, turn *Turn, out Outcome, claim 
 		default:
 		}
 	}
+	// The run may have ended before it heard that a write failed: it ends
+	// failed all the same. A run whose lease is lost writes nothing more.
+	if err := run.flushed(); err != nil && !lost {
+		out = e.lose(run, *turn, err)
+	}
+	e.Exec.Observe.runEnded(ctx, info, out)
 	switch {
 	case out.Status == statusInterrupted && lost:
 		e.runLog(turn).InfoContext(ctx, "run stopped: this replica lost its lease; the replica that holds it now resumes it")
@@ -422,6 +465,7 @@ func (e *Engine) logOutcome(ctx context.Context, turn *Turn, out Outcome, claim 
 		}
 		e.runLog(turn).WarnContext(ctx, "run failed", attrs...)
 	}
+	return out.Status != statusInterrupted
 }
 
 // runLog is the logger of a run's lines: each names the run and its
@@ -430,25 +474,127 @@ func (e *Engine) runLog(turn *Turn) *slog.Logger {
 	return e.logger().With("run_id", turn.RunID, "instance_id", turn.InstanceID, "flow_id", turn.FlowID)
 }
 
-// end waits until every event of the run is durable, then tells its
-// subscribers there will be no more. It returns the first write that
-// failed.
-func (run *liveRun) end() error {
-	run.cancel(nil)
+// flushed waits until every event published is durable, or dropped after
+// a write that failed, and returns the first write that failed.
+func (run *liveRun) flushed() error {
 	run.mu.Lock()
 	defer run.mu.Unlock()
 	for len(run.pending) > 0 {
-		run.drained.Wait() // the log is whole before the instance is free again
+		run.drained.Wait()
 	}
-	run.ended = true
-	run.wakeAll()
 	return run.err
 }
 
-// endRun ends a run as end does, and logs a write that failed.
-func (e *Engine) endRun(run *liveRun, turn *Turn) {
-	if err := run.end(); err != nil {
-		e.runLog(turn).Error("run's events not all recorded", "err", err)
+// end waits until every event of the run is durable, then tells its
+// subscribers there will be no more.
+func (run *liveRun) end() {
+	run.cancel(nil)
+	run.flushed() // the log is whole before the instance is free again
+	run.mu.Lock()
+	defer run.mu.Unlock()
+	run.ended = true
+	run.wakeAll()
+}
+
+// lose ends a run whose events could not all be written: however far it
+// got, it failed. Its subscribers are told so, with code storage, and the
+// engine records that ending after every id the run numbered; an ending it
+// cannot record yet it keeps, and records as soon as it can (saveEndings),
+// so that no instance reads running once its run has ended.
+func (e *Engine) lose(run *liveRun, turn Turn, cause error) Outcome {
+	run.mu.Lock()
+	now := time.Now().UTC()
+	end := []Event{
+		{ID: run.seq + 1, Name: EventError, Time: now, Data: ErrorData{ErrorCode(cause), cause.Error()}},
+		{ID: run.seq + 2, Name: EventDone, Time: now, Data: Done{InstanceID: turn.InstanceID, Status: StatusFailed}},
+	}
+	run.seq += 2
+	nolog := run.nolog
+	run.mu.Unlock()
+	if !nolog {
+		// Held events are dropped with it: the run ends without their judgement.
+		if err := Wait(func(done func(error)) { e.Store.Settle(turn.InstanceID, end, done) }); err != nil {
+			e.keepEnding(turn.InstanceID, end)
+			e.runLog(&turn).Error("the failed run's ending is not recorded yet: its instance reads running until it is", "err", err)
+		}
+	}
+	run.mu.Lock()
+	for _, ev := range end {
+		run.pending = append(run.pending, pendingEvent{ev: ev, ready: true})
+	}
+	run.deliver()
+	run.mu.Unlock()
+	return Outcome{Status: StatusFailed, Err: cause}
+}
+
+// lostEnding is the ending of a run that failed, not recorded yet; mu is held
+// while it is being written, so that it is written once.
+type lostEnding struct {
+	mu     sync.Mutex
+	events []Event
+}
+
+func (e *Engine) keepEnding(id string, events []Event) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.unsaved == nil {
+		e.unsaved = map[string]*lostEnding{}
+	}
+	e.unsaved[id] = &lostEnding{events: events}
+}
+
+// endingOf is the ending of the instance's last run, if it is not recorded.
+func (e *Engine) endingOf(id string) *lostEnding {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.unsaved[id]
+}
+
+// saveEndings queues a write of each ending not recorded yet that is not
+// being written: as requests come, once the store takes writes again.
+func (e *Engine) saveEndings() {
+	e.mu.Lock()
+	todo := map[string]*lostEnding{}
+	for id, u := range e.unsaved {
+		if u.mu.TryLock() {
+			todo[id] = u
+		}
+	}
+	e.mu.Unlock()
+	for id, u := range todo {
+		e.Store.Settle(id, u.events, func(err error) {
+			if err == nil {
+				e.forget(id, u)
+			}
+			u.mu.Unlock()
+		})
+	}
+}
+
+// savedEnding records the ending of the instance's last run, if it is not
+// recorded yet, or reports why it cannot.
+func (e *Engine) savedEnding(id string) error {
+	u := e.endingOf(id)
+	if u == nil {
+		return nil
+	}
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if e.endingOf(id) != u {
+		return nil // written meanwhile
+	}
+	if err := Wait(func(done func(error)) { e.Store.Settle(id, u.events, done) }); err != nil {
+		return fmt.Errorf("instance %s: its last run failed, and its ending is not recorded yet: %w: %w", id, ErrStorage, err)
+	}
+	e.forget(id, u)
+	return nil
+}
+
+func (e *Engine) forget(id string, u *lostEnding) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.unsaved[id] == u {
+		delete(e.unsaved, id)
 	}
 }
 
@@ -497,7 +643,7 @@ func (e *Engine) Recover(ctx context.Context, only func(RunOptions) bool) (int, 
 		if reason != "" {
 			end := []Event{
 				{ID: st.LastID + 1, Name: EventError, Time: time.Now().UTC(), Data: ErrorData{"internal", reason}},
-				{ID: st.LastID + 2, Name: EventDone, Time: time.Now().UTC(), Data: Done{InstanceID: inst.ID, Status: StatusFailed}},
+				{ID: st.LastID + 2, Name: EventDone, Time: time.Now().UTC(), Data: Done{InstanceID: inst.ID, Status: StatusFailed, Usage: &RunUsage{}}},
 			}
 			// Held events stay unseen: the run ends without their judgement.
 			if err := Wait(func(done func(error)) { e.Store.Settle(inst.ID, end, done) }); err != nil {
@@ -530,22 +676,46 @@ func (e *Engine) reserve(id string, run *liveRun) error {
 		return fmt.Errorf("instance %s: %w", id, ErrBusy)
 	case len(e.live) >= max:
 		return fmt.Errorf("%d runs in flight: %w", len(e.live), ErrTooMany)
+	case run.input > e.maxInput():
+		return fmt.Errorf("an input of %s, a conversation's included, where this server's runs in flight may hold %s: %w", size(run.input), size(e.maxInput()), ErrInvalid)
+	case e.input+run.input > e.maxInput():
+		return fmt.Errorf("the runs in flight hold %s of input, and this run's %s would take them past the server's %s; retry later: %w",
+			size(e.input), size(run.input), size(e.maxInput()), ErrInputInFlight)
 	}
 	if e.live == nil {
 		e.live = map[string]*liveRun{}
 	}
 	run.ctx, run.cancel = context.WithCancelCause(context.Background())
 	e.live[id] = run
-	e.gen++
+	e.input += run.input
 	delete(e.backlogs, id) // the run makes it stale
 	e.wg.Add(1)
 	return nil
 }
 
+// finishing is closed once the instance's run, which has delivered its
+// done, lets go of the instance; it is nil while the run goes on.
+func (e *Engine) finishing(id string) <-chan struct{} {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	switch run := e.live[id]; {
+	case run == nil: // let go of since
+		c := make(chan struct{})
+		close(c)
+		return c
+	case run.finished.Load():
+		return run.free
+	}
+	return nil
+}
+
 func (e *Engine) release(id string) {
 	e.mu.Lock()
+	if run := e.live[id]; run != nil {
+		close(run.free)
+		e.input -= run.input
+	}
 	delete(e.live, id)
-	e.gen++
 	delete(e.backlogs, id)
 	e.mu.Unlock()
 }
@@ -557,6 +727,11 @@ func (e *Engine) release(id string) {
 // group together. publish reports the first write that failed.
 func (e *Engine) publish(id string, run *liveRun, evs []Event, settle bool) error {
 	run.mu.Lock()
+	if run.err != nil {
+		err := run.err
+		run.mu.Unlock()
+		return err // nothing more of the run is written, nor shown: it ends failed
+	}
 	queued := time.Now() // with its monotonic reading, for the observer
 	now := queued.UTC()
 	first := run.seq + 1
@@ -589,13 +764,17 @@ func (e *Engine) publish(id string, run *liveRun, evs []Event, settle bool) erro
 	return err
 }
 
-// written marks events first to last durable, or failed, and delivers
-// what is ready.
+// written marks events first to last durable, and delivers what is ready;
+// a write that failed fails the run, and nothing after it is shown.
 func (run *liveRun) written(first, last int64, err error) {
 	run.mu.Lock()
 	defer run.mu.Unlock()
-	if err != nil && run.err == nil {
-		run.err = fmt.Errorf("record events %d to %d: %w", first, last, err)
+	switch {
+	case run.err != nil:
+		return // the run failed at an earlier write: these are not shown
+	case err != nil:
+		run.fail(fmt.Errorf("%w: events %d to %d: %w", ErrStorage, first, last, err))
+		return
 	}
 	// pending is in id order with no gaps, so the events' places are known.
 	base := run.pending[0].ev.ID
@@ -632,9 +811,29 @@ func (run *liveRun) failed(err error) {
 	}
 	run.mu.Lock()
 	defer run.mu.Unlock()
+	run.fail(fmt.Errorf("%w: %w", ErrStorage, err))
+}
+
+// created is the result of the write that creates the run's instance.
+func (run *liveRun) created(err error) {
+	if err == nil {
+		return
+	}
+	run.mu.Lock()
+	defer run.mu.Unlock()
+	run.nolog = true
+	run.fail(fmt.Errorf("%w: %w", ErrStorage, err))
+}
+
+// fail records the first write that failed and drops the events not
+// delivered yet: they come after it, and a client is shown only what is
+// durable. run.mu is held.
+func (run *liveRun) fail(err error) {
 	if run.err == nil {
 		run.err = err
 	}
+	run.pending = run.pending[:0]
+	run.drained.Broadcast()
 }
 
 // deliver moves the ready prefix of pending to the run's log and wakes its
@@ -649,6 +848,9 @@ func (run *liveRun) deliver() {
 		}
 		if run.watch != nil {
 			run.watch(run.pending[n].ev)
+		}
+		if run.pending[n].ev.Name == EventDone {
+			run.finished.Store(true)
 		}
 	}
 	if n == 0 {
@@ -686,7 +888,7 @@ func (run *liveRun) subscribe(backlog []Event, after int64) *Subscription {
 // the live events its read of the store already had.
 func (e *Engine) Subscribe(ctx context.Context, id string, after int64) (*Subscription, error) {
 	e.mu.Lock()
-	run, gen := e.live[id], e.gen
+	run := e.live[id]
 	e.mu.Unlock()
 	// A live run's instance exists, though its creation may not be
 	// committed yet; any other must be in the store.
@@ -727,45 +929,61 @@ func (e *Engine) Subscribe(ctx context.Context, id string, after int64) (*Subscr
 			return e.follow(id, after, events[i:], st.RunStartID), nil
 		}
 	}
-	return e.idle(ctx, id, after, gen)
+	return e.idle(ctx, id, after)
 }
 
 // idle subscribes to an instance with no run: its log, read once and shared
-// by every reader while any reads it.
-func (e *Engine) idle(ctx context.Context, id string, after int64, gen int64) (*Subscription, error) {
+// by every reader while any reads it. Two hundred replays that come at once
+// hold one copy of the log, not two hundred.
+func (e *Engine) idle(ctx context.Context, id string, after int64) (*Subscription, error) {
 	e.mu.Lock()
 	b := e.backlogs[id]
-	if b != nil {
-		b.refs++
+	first := b == nil
+	if first {
+		b = &backlog{read: make(chan struct{})}
+		if e.backlogs == nil {
+			e.backlogs = map[string]*backlog{}
+		}
+		e.backlogs[id] = b
 	}
+	b.refs++
 	e.mu.Unlock()
-	if b == nil {
-		events, err := e.Store.Events(ctx, id, 0)
-		if err != nil {
-			return nil, err
-		}
-		b = &backlog{events: events, refs: 1}
-		e.mu.Lock()
-		switch shared := e.backlogs[id]; {
-		case shared != nil:
-			shared.refs++
-			b = shared
-		case e.gen == gen && e.live[id] == nil: // no run began or ended since: the read is whole
-			if e.backlogs == nil {
-				e.backlogs = map[string]*backlog{}
-			}
-			e.backlogs[id] = b
-		}
-		e.mu.Unlock()
-	}
-	i := sort.Search(len(b.events), func(i int) bool { return b.events[i].ID > after })
-	return &Subscription{Instance: id, Backlog: b.events[i:], release: func() {
+	release := func() {
 		e.mu.Lock()
 		defer e.mu.Unlock()
-		if b.refs--; b.refs == 0 && e.backlogs[id] == b {
+		if b.refs--; (b.refs == 0 || b.err != nil) && e.backlogs[id] == b {
 			delete(e.backlogs, id)
 		}
-	}}, nil
+	}
+	if first {
+		// Read for every reader that joins meanwhile: this one's leaving
+		// does not end it.
+		b.events, b.err = e.Store.Events(context.WithoutCancel(ctx), id, 0)
+		close(b.read)
+	} else {
+		select {
+		case <-b.read:
+		case <-ctx.Done():
+			release()
+			return nil, ctx.Err()
+		}
+	}
+	if b.err != nil {
+		release() // a reader that comes later reads again
+		return nil, b.err
+	}
+	i := sort.Search(len(b.events), func(i int) bool { return b.events[i].ID > after })
+	backlog := b.events[i:]
+	if u := e.endingOf(id); u != nil {
+		// Its last run failed and its log does not say so yet: a reader
+		// is told as the run's own client was.
+		for _, ev := range u.events {
+			if ev.ID > after {
+				backlog = append(slices.Clip(backlog), ev)
+			}
+		}
+	}
+	return &Subscription{Instance: id, Backlog: backlog, release: release}, nil
 }
 
 // Cancel stops the run in progress on an instance; it ends "cancelled".
@@ -779,6 +997,11 @@ func (e *Engine) Cancel(ctx context.Context, id string) error {
 		}
 	}
 	switch {
+	case e.endingOf(id) != nil:
+		// Its run has ended, failed, though its log does not say so yet
+		// (and it may not have let go of the instance yet): recording
+		// that ends it.
+		return e.savedEnding(id)
 	case run != nil:
 		run.cancel(context.Canceled)
 		return nil
@@ -854,6 +1077,7 @@ func (e *Engine) Close(ctx context.Context) error {
 	go func() { e.wg.Wait(); close(finished) }()
 	select {
 	case <-finished:
+		e.recordEndings()
 		return nil
 	case <-ctx.Done():
 	}
@@ -863,7 +1087,39 @@ func (e *Engine) Close(ctx context.Context) error {
 	}
 	e.mu.Unlock()
 	<-finished
+	e.recordEndings()
 	return errors.New("flow.engine: runs interrupted at shutdown")
+}
+
+// recordEndings tries once more to record the endings of failed runs that
+// are not recorded yet, and names those it cannot: the next start finds
+// their runs unfinished, and resumes them.
+func (e *Engine) recordEndings() {
+	e.mu.Lock()
+	ids := slices.Collect(maps.Keys(e.unsaved))
+	e.mu.Unlock()
+	for _, id := range ids {
+		if err := e.savedEnding(id); err != nil {
+			e.logger().Error("a failed run's ending is not recorded: the next start resumes it", "instance_id", id, "err", err)
+		}
+	}
+}
+
+// Events are the instance's recorded events after the given id and, where
+// its last run failed and its log does not say so yet, that run's ending.
+func (e *Engine) Events(ctx context.Context, id string, after int64) ([]Event, error) {
+	events, err := e.Store.Events(ctx, id, after)
+	if err != nil {
+		return nil, err
+	}
+	if u := e.endingOf(id); u != nil {
+		for _, ev := range u.events {
+			if ev.ID > after {
+				events = append(events, ev)
+			}
+		}
+	}
+	return events, nil
 }
 
 func (e *Engine) logger() *slog.Logger {
@@ -883,6 +1139,38 @@ func (e *Engine) Create(ctx context.Context, flowID string) (Instance, error) {
 		return Instance{}, fmt.Errorf("create instance: %w", err)
 	}
 	return inst, nil
+}
+
+// size is the bytes of the request's input, its conversation's included.
+func (req Request) size() int64 {
+	n := int64(len(req.Input))
+	for _, s := range req.Prior {
+		n += int64(len(s.Response))
+	}
+	return n
+}
+
+// DefaultMaxInput is MaxInput's default: 16 MiB of input in flight. A
+// guarded_chat run held about 30 times its input at its peak in the load
+// benchmark (README, "Memory under load").
+const DefaultMaxInput = 16 << 20
+
+func (e *Engine) maxInput() int64 {
+	if e.MaxInput > 0 {
+		return e.MaxInput
+	}
+	return DefaultMaxInput
+}
+
+// size is a number of bytes as a message says it.
+func size(n int64) string {
+	switch {
+	case n >= 1<<20:
+		return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
+	case n >= 1<<10:
+		return fmt.Sprintf("%.1f KiB", float64(n)/(1<<10))
+	}
+	return fmt.Sprintf("%d bytes", n)
 }
 
 // maxRuns is how many runs may be in flight at once.

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"maps"
 	"strings"
+	"sync"
 	"testing"
 
 	"superego/flow"
@@ -423,4 +424,61 @@ func TestStartWithAConversation(t *testing.T) {
 	if _, err := e.Start(ctx, flow.Request{FlowID: "one", Prior: []flow.Step{{Role: "system", Response: "x"}}, Input: "y"}); !errors.Is(err, flow.ErrInvalid) {
 		t.Errorf("a system message: %v", err)
 	}
+}
+
+// A client may act on a run's done before the run has let go of its
+// instance (an agent framework sends its tools' results at once, SPEC
+// §4a): the next run on the instance waits for it, not a 409.
+func TestANextRunWaitsForTheLastToLetGo(t *testing.T) {
+	ctx := context.Background()
+	g := newGated()
+	close(g.gate)
+	ending := make(chan struct{})
+	var once sync.Once
+	end := func() { once.Do(func() { close(ending) }) }
+	defer end()
+	e := newEngine(t, g, 0)
+	e.Exec.Observe = &flow.Observer{RunEnded: func(context.Context, flow.RunInfo, string, string) { <-ending }}
+	sub, err := e.Start(ctx, flow.Request{FlowID: "one", Input: "a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var id string
+	for ev := range sub.Events(ctx) {
+		if rs, ok := ev.Data.(flow.RunStart); ok {
+			id = rs.InstanceID
+		}
+		if _, ok := ev.Data.(flow.Done); ok {
+			break // the run is held in RunEnded: its instance is not let go of
+		}
+	}
+	sub.Close()
+	gaveUp, cancel := context.WithCancel(ctx)
+	cancel()
+	if _, err := e.Start(gaveUp, flow.Request{FlowID: "one", InstanceID: id, Input: "given up"}); !errors.Is(err, flow.ErrBusy) {
+		t.Errorf("a request that gives up waiting: %v", err)
+	}
+	// The run lets go once the next request waits for it.
+	waiting := &doneWatch{Context: ctx, asked: make(chan struct{})}
+	go func() {
+		<-waiting.asked
+		end()
+	}()
+	next, err := e.Start(waiting, flow.Request{FlowID: "one", InstanceID: id, Input: "again"})
+	if err != nil {
+		t.Fatalf("the next run on the instance: %v", err)
+	}
+	drain(next)
+}
+
+// doneWatch is a context that says when it is first asked for Done.
+type doneWatch struct {
+	context.Context
+	once  sync.Once
+	asked chan struct{}
+}
+
+func (c *doneWatch) Done() <-chan struct{} {
+	c.once.Do(func() { close(c.asked) })
+	return c.Context.Done()
 }

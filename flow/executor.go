@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -282,6 +283,11 @@ type runner struct {
 	// unfinished, for a run that resumes, are the tool calls of the
 	// iteration it was interrupted in (finishInterrupted).
 	unfinished Unfinished
+
+	// history is the visible transcript before this turn (earlier); the
+	// steps before the turn do not change while it runs.
+	history     []Step
+	historyOnce sync.Once
 }
 
 // emit sends events a client may see.
@@ -602,7 +608,9 @@ func (r *runner) opening() []Event {
 			first = *last.NextAgent
 		}
 	}
-	group := []Event{start}
+	group := make([]Event, 1, len(r.t.Prior)+2)
+	group[0] = start
+	r.steps = slices.Grow(r.steps, len(r.t.Prior)+1)
 	for _, p := range r.t.Prior {
 		s := Step{AgentID: p.AgentID, Role: p.Role, Response: p.Response}
 		if s.AgentID == "" {
@@ -1033,7 +1041,9 @@ func (r *runner) stepOf(node *Node, task *Task, reply Reply, err error) (Step, e
 }
 
 // runUsage adds up the tokens of this run's steps and of the calls that
-// made none.
+// made none. It is never nil: done always carries usage, zeros included
+// (a model that reports no tokens, as the offline one), so that a script
+// reading done.usage never finds it missing.
 func (r *runner) runUsage() *RunUsage {
 	u := r.usage
 	for _, s := range r.steps[min(r.turn+1, len(r.steps)):] {
@@ -1041,9 +1051,6 @@ func (r *runner) runUsage() *RunUsage {
 			u.PromptTokens += s.Usage.PromptTokens
 			u.CompletionTokens += s.Usage.CompletionTokens
 		}
-	}
-	if u == (RunUsage{}) {
-		return nil
 	}
 	return &u
 }
@@ -1129,15 +1136,13 @@ func (r *runner) task(steps []Step, held map[string]bool, node *Node) *Task {
 	if slices.Contains(node.Tools, Client) && node.Type == InnerAgent {
 		t.Client = r.t.Options.Client
 	}
-	for _, s := range steps[:r.turn] {
-		if s.Withheld != "" {
-			continue // the user never saw it
-		}
-		t.History = append(t.History, withoutHidden(s))
-	}
+	t.History = r.earlier(steps)
 	this := steps[r.turn+1:]
 	i := len(this)
-	for i > 0 && this[i-1].Node == node.Name && (this[i-1].Decision == NeedsTool || this[i-1].AgentID == Reviewer) {
+	// The agent's rounds just before, with the judgements of their calls
+	// (§3c) between them: a judgement is no reason to forget a round, and
+	// a judge's guidance is for no agent.
+	for i > 0 && (this[i-1].Judged != nil || this[i-1].Node == node.Name && (this[i-1].Decision == NeedsTool || this[i-1].AgentID == Reviewer)) {
 		i--
 	}
 	t.ToolRounds = toolRounds(this[i:])
@@ -1177,18 +1182,19 @@ func (r *runner) task(steps []Step, held map[string]bool, node *Node) *Task {
 }
 
 // toolRounds are an agent's tool rounds as its model reads them: a call
-// that waited for a person's review is read where it ran, or was refused,
-// once answered, and the answers themselves are no rounds.
+// that waited for a person's review, or for a client's result (§4a), is
+// read where it ran, or was refused, once answered; the answers
+// themselves, and the judgements of the calls, are no rounds.
 func toolRounds(steps []Step) []Step {
 	waited := func(s Step) bool {
-		return s.AgentID == Reviewer || slices.ContainsFunc(s.ToolUsage, func(u ToolUse) bool { return u.Awaiting || u.AwaitingResult })
+		return s.AgentID == Reviewer || s.Judged != nil || slices.ContainsFunc(s.ToolUsage, func(u ToolUse) bool { return u.Awaiting || u.AwaitingResult })
 	}
 	if !slices.ContainsFunc(steps, waited) {
 		return steps
 	}
 	out := make([]Step, 0, len(steps))
 	for j, s := range steps {
-		if s.AgentID == Reviewer {
+		if s.AgentID == Reviewer || s.Judged != nil {
 			continue
 		}
 		later := map[string]bool{}
@@ -1214,6 +1220,22 @@ func withoutHidden(s Step) Step {
 		}
 	}
 	return s
+}
+
+// earlier is the visible transcript before this turn, which every task of
+// the turn is given: made once, and shared, for agents only read it, and a
+// conversation of thousands of messages is not copied for each task.
+func (r *runner) earlier(steps []Step) []Step {
+	r.historyOnce.Do(func() {
+		r.history = make([]Step, 0, r.turn)
+		for _, s := range steps[:r.turn] {
+			if s.Withheld != "" {
+				continue // the user never saw it
+			}
+			r.history = append(r.history, withoutHidden(s))
+		}
+	})
+	return r.history
 }
 
 // redacted is an error whose message had hidden text taken out.

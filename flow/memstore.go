@@ -52,10 +52,13 @@ func (m *MemStore) Get(_ context.Context, id string) (Instance, error) {
 }
 
 func (m *MemStore) List(_ context.Context, opt ListOptions) ([]Summary, error) {
+	if err := opt.Check(); err != nil {
+		return nil, err
+	}
 	m.mu.RLock()
 	var out []Summary
 	for _, mi := range m.inst {
-		if opt.FlowID != "" && mi.FlowID != opt.FlowID {
+		if opt.FlowID != "" && mi.FlowID != opt.FlowID || !Tagged(mi.Tags, opt.Tags) {
 			continue
 		}
 		if sum := Summarize(mi.Instance, mi.events); opt.Status == "" || sum.Status == opt.Status {

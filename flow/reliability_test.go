@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"superego/flow"
+	"superego/flow/storetest"
 	"superego/sqlite"
 )
 
@@ -233,5 +234,126 @@ func TestReconnectDoesNotStallOtherRuns(t *testing.T) {
 		if late[i].ID <= late[i-1].ID {
 			t.Errorf("event %d after %d", late[i].ID, late[i-1].ID)
 		}
+	}
+}
+
+// A run whose events cannot all be saved ends failed, with code storage,
+// however far it got: no client is told it completed, and none is shown an
+// event whose write failed. Its ending, if the disk takes no more, is
+// recorded once it does: meanwhile reads and replays say failed, a new run
+// on the instance is refused with the storage error, cancel records the
+// ending, and no instance is left running.
+func TestAFullDiskFailsTheRun(t *testing.T) {
+	ctx := context.Background()
+	for _, c := range []struct {
+		name  string
+		fills func(bool, []flow.Event) bool
+		// created: the instance exists, for the run's first write was saved
+		created bool
+	}{
+		{"at the instance's creation", func(create bool, _ []flow.Event) bool { return create }, false},
+		{"at the run's first write", storetest.Has(flow.EventRunStart), true},
+		{"at a step", func(create bool, events []flow.Event) bool {
+			return storetest.Has(flow.EventCompleteStep)(create, events) && !storetest.Has(flow.EventRunStart)(create, events)
+		}, true},
+		{"at the last write, with done", storetest.Has(flow.EventDone), true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			store := &storetest.Full{Store: &flow.MemStore{}, Fills: c.fills}
+			e := newEngine(t, agentFunc(func(*flow.Task) (flow.Reply, error) { return reply("ACCEPT", "fine"), nil }), 0)
+			e.Store = store
+			sub, err := e.Start(ctx, flow.Request{FlowID: "one", Input: "hi"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			events := drain(sub)
+			n := len(events)
+			if n < 2 || events[n-2].Name != flow.EventError || events[n-2].Data.(flow.ErrorData).Code != "storage" ||
+				events[n-1].Data.(flow.Done).Status != flow.StatusFailed {
+				t.Fatalf("the run ended %+v", events[max(0, n-2):])
+			}
+			if msg := events[n-2].Data.(flow.ErrorData).Message; !strings.Contains(msg, "database or disk is full") {
+				t.Errorf("error message %q", msg)
+			}
+			for _, ev := range events[:n-2] {
+				if store.Failed(ev.ID) {
+					t.Errorf("event %d (%s) was shown, though its write failed", ev.ID, ev.Name)
+				}
+			}
+			if !c.created {
+				if _, err := e.Events(ctx, sub.Instance, 0); !errors.Is(err, flow.ErrNotFound) {
+					t.Errorf("an instance never created: %v", err)
+				}
+				return
+			}
+			// The disk is still full: every read says failed all the same.
+			logged, err := e.Events(ctx, sub.Instance, 0)
+			if err != nil || flow.Replay(logged).Status != flow.StatusFailed {
+				t.Errorf("the instance reads %q, %v", flow.Replay(logged).Status, err)
+			}
+			if replay := drain(mustSubscribe(t, e, sub.Instance)); replay[len(replay)-1].Data.(flow.Done).Status != flow.StatusFailed {
+				t.Errorf("a replay ends %+v", replay[len(replay)-1])
+			}
+			if _, err := e.Start(ctx, flow.Request{FlowID: "one", InstanceID: sub.Instance, Input: "again"}); !errors.Is(err, flow.ErrStorage) {
+				t.Errorf("a new run on the instance: %v", err)
+			}
+			if err := e.Cancel(ctx, sub.Instance); !errors.Is(err, flow.ErrStorage) {
+				t.Errorf("cancel on a full disk: %v", err)
+			}
+			// Room again: cancel records the ending, and nothing runs.
+			store.Room()
+			if err := e.Cancel(ctx, sub.Instance); err != nil {
+				t.Errorf("cancel: %v", err)
+			}
+			if running, _ := store.List(ctx, flow.ListOptions{Status: flow.StatusRunning}); len(running) > 0 {
+				t.Errorf("left running: %+v", running)
+			}
+			if stored, _ := store.Events(ctx, sub.Instance, 0); flow.Replay(stored).Status != flow.StatusFailed {
+				t.Errorf("the log says %s", flow.Replay(stored).Status)
+			}
+			again, err := e.Start(ctx, flow.Request{FlowID: "one", InstanceID: sub.Instance, Input: "again"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if evs := drain(again); evs[len(evs)-1].Data.(flow.Done).Status != flow.StatusCompleted {
+				t.Errorf("the next run: %+v", evs[len(evs)-1])
+			}
+		})
+	}
+}
+
+// The input the runs in flight hold is bounded: a run that would take it
+// past MaxInput is refused, as one past MaxRuns is, until room is made; an
+// input larger than the whole bound is invalid.
+func TestInputInFlightIsBounded(t *testing.T) {
+	ctx := context.Background()
+	g := newGated()
+	e := newEngine(t, g, 0)
+	e.MaxInput = 100
+	// Run returns once its run has let go of the instance, and of its input.
+	ran := make(chan error, 2)
+	go func() {
+		ran <- e.Run(ctx, flow.Request{FlowID: "one", Input: strings.Repeat("a", 40),
+			Prior: []flow.Step{{Role: flow.RoleUser, Response: strings.Repeat("b", 20)}}}, nil)
+	}()
+	<-g.entered
+	_, err := e.Start(ctx, flow.Request{FlowID: "one", Input: strings.Repeat("a", 41)})
+	if !errors.Is(err, flow.ErrInputInFlight) || !errors.Is(err, flow.ErrTooMany) ||
+		err.Error() != "the runs in flight hold 60 bytes of input, and this run's 41 bytes would take them past the server's 100 bytes; retry later: too much input in flight: too many runs in flight" {
+		t.Errorf("past the bound: %v", err)
+	}
+	if _, err := e.Start(ctx, flow.Request{FlowID: "one", Input: strings.Repeat("a", 101)}); !errors.Is(err, flow.ErrInvalid) {
+		t.Errorf("larger than the bound: %v", err)
+	}
+	go func() { ran <- e.Run(ctx, flow.Request{FlowID: "one", Input: strings.Repeat("a", 40)}, nil) }()
+	<-g.entered // within the bound
+	close(g.gate)
+	for range 2 {
+		if err := <-ran; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := e.Run(ctx, flow.Request{FlowID: "one", Input: strings.Repeat("a", 100)}, nil); err != nil {
+		t.Fatalf("once the runs ended: %v", err)
 	}
 }

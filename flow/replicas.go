@@ -65,7 +65,7 @@ func (e *Engine) dispatch(ctx context.Context, req Request, review *Review, watc
 	var st State
 	if d.InstanceID == "" {
 		d.InstanceID = NewID()
-		d.Instance = &Instance{ID: d.InstanceID, FlowID: req.FlowID, CreatedAt: time.Now().UTC()}
+		d.Instance = &Instance{ID: d.InstanceID, FlowID: req.FlowID, CreatedAt: time.Now().UTC(), Tags: req.Options.Tags}
 	} else {
 		inst, err := e.Store.Get(ctx, d.InstanceID)
 		if err != nil {
@@ -109,6 +109,7 @@ func (e *Engine) dispatch(ctx context.Context, req Request, review *Review, watc
 		d.Opening[i].ID, d.Opening[i].Time = st.LastID+int64(i)+1, now
 	}
 	run := newLiveRun()
+	run.input = req.size() // past MaxInput here, the run is a job for a replica with room
 	switch err := e.reserve(d.InstanceID, run); {
 	case err == nil:
 		d.Here = true
@@ -210,12 +211,12 @@ func (e *Engine) Take(ctx context.Context, instance string, claim *Claim) error 
 func (e *Engine) failRun(run *liveRun, turn Turn, claim *Claim, reason string) {
 	defer e.wg.Done()
 	defer e.release(turn.InstanceID)
-	defer e.endRun(run, &turn)
+	defer run.end()
 	defer claim.Release(true)
 	info := RunInfo{FlowID: turn.FlowID, InstanceID: turn.InstanceID, RunID: turn.RunID, Resumed: true}
 	ctx := e.Exec.Observe.runStarted(context.Background(), info)
 	defer e.Exec.Observe.runEnded(ctx, info, Outcome{Status: StatusFailed, Err: errors.New(reason)})
-	end := []Event{{Name: EventError, Data: ErrorData{"internal", reason}}, {Name: EventDone, Data: Done{InstanceID: turn.InstanceID, Status: StatusFailed}}}
+	end := []Event{{Name: EventError, Data: ErrorData{"internal", reason}}, {Name: EventDone, Data: Done{InstanceID: turn.InstanceID, Status: StatusFailed, Usage: &RunUsage{}}}}
 	if err := e.publish(turn.InstanceID, run, end, true); err != nil {
 		e.runLog(&turn).Error("run's end not recorded", "err", err)
 	}

@@ -3,6 +3,7 @@ package flow
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"time"
 )
 
@@ -193,7 +194,7 @@ type (
 		InstanceID string        `json:"instance_id"`
 		Status     string        `json:"status"`
 		Response   string        `json:"response"`
-		Usage      *RunUsage     `json:"usage,omitempty"`
+		Usage      *RunUsage     `json:"usage,omitempty"`  // always set; nil only in a log written before it was
 		Replay     *ReplayCounts `json:"replay,omitempty"` // of a replayed run
 		// ToolCalls, for a run awaiting_tool_result, are the calls the
 		// client is to run and answer (SPEC §4a).
@@ -221,11 +222,19 @@ var (
 	ErrNoReview = errors.New("the instance is not awaiting review")
 	ErrNoWait   = errors.New("the instance is not awaiting its client's tool results")
 
+	// ErrInputInFlight is ErrTooMany for the input the runs in flight hold
+	// (Engine.MaxInput): a run's memory grows with its input.
+	ErrInputInFlight = fmt.Errorf("too much input in flight: %w", ErrTooMany)
+
 	// Errors a run can fail with; each has a stable code (ErrorCode).
 	ErrModelUnavailable = errors.New("model unavailable")
 	ErrModelOutput      = errors.New("unusable model output")
 	ErrToolFailed       = errors.New("tool failed")
 	ErrTimeout          = errors.New("timed out")
+	// ErrStorage is a write of the store that failed (a full disk, a lost
+	// database): a run whose events could not all be saved ends failed,
+	// never completed.
+	ErrStorage = errors.New("the run's events could not be saved")
 )
 
 // ErrorCode is the stable word an error event carries for err.
@@ -239,6 +248,8 @@ func ErrorCode(err error) string {
 		return "llm_bad_output"
 	case errors.Is(err, ErrToolFailed):
 		return "tool_failed"
+	case errors.Is(err, ErrStorage):
+		return "storage"
 	}
 	return "internal"
 }

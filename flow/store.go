@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"reflect"
+	"regexp"
 	"time"
 )
 
@@ -16,6 +17,10 @@ type Instance struct {
 	ID        string    `json:"instance_id"`
 	FlowID    string    `json:"flow_id"`
 	CreatedAt time.Time `json:"created_at"`
+	// Tags say what the instance was made for: an experiment's instances
+	// carry their run's tags (RunOptions.Tags), so that a listing shows
+	// them and can pick an experiment's instances out.
+	Tags map[string]string `json:"tags,omitempty"`
 }
 
 // Summary is an instance as listed: its state derived from its log.
@@ -31,6 +36,36 @@ type ListOptions struct {
 	FlowID string
 	Status string
 	Limit  int
+	// Tags pick the instances that carry every one of them. Their names
+	// must be tag names (TagName).
+	Tags map[string]string
+}
+
+// tagName is what a tag's name may be, to be found in a listing's filter:
+// a store puts it into its query as a JSON path.
+var tagName = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
+
+// TagName reports whether name may name a tag in ListOptions.Tags.
+func TagName(name string) bool { return tagName.MatchString(name) }
+
+// Check is ErrInvalid for a tag whose name is not a tag name.
+func (o ListOptions) Check() error {
+	for k := range o.Tags {
+		if !TagName(k) {
+			return fmt.Errorf("tag %q: a tag's name is letters, digits, _ and -: %w", k, ErrInvalid)
+		}
+	}
+	return nil
+}
+
+// Tagged reports whether tags hold every tag of want.
+func Tagged(tags, want map[string]string) bool {
+	for k, v := range want {
+		if got, ok := tags[k]; !ok || got != v {
+			return false
+		}
+	}
+	return true
 }
 
 // Store keeps instances and their event logs. Events are appended, never

@@ -26,7 +26,19 @@ func (s *Store) writeTables(exec func(b *pgx.Batch)) error {
 
 func experimentSum(r experiment.Record) int64 {
 	var sum segment.Sum
-	return sum.String(r.ID).String(r.Name).Int(r.CreatedAt.UnixMicro()).String(r.Status).Bytes(r.Plan).Value()
+	sum.String(r.ID).String(r.Name).Int(r.CreatedAt.UnixMicro()).String(r.Status).Bytes(r.Plan)
+	if r.Out != "" { // rows from before it was kept have no out, and their sums stay
+		sum.String(r.Out)
+	}
+	return sum.Value()
+}
+
+// optional is a text column's value: NULL for "".
+func optional(s string) *string {
+	if s == "" {
+		return nil
+	}
+	return &s
 }
 
 func outcomeSum(id string, k experiment.Kept) int64 {
@@ -38,8 +50,8 @@ func outcomeSum(id string, k experiment.Kept) int64 {
 func (s *Store) CreateExperiment(ctx context.Context, r experiment.Record) error {
 	r.CreatedAt = r.CreatedAt.Truncate(time.Microsecond)
 	err := s.writeTables(func(b *pgx.Batch) {
-		b.Queue(`INSERT INTO experiments (id, name, created_at, status, plan, sum) VALUES ($1, $2, $3, $4, $5, $6)`,
-			r.ID, r.Name, r.CreatedAt, r.Status, string(r.Plan), experimentSum(r))
+		b.Queue(`INSERT INTO experiments (id, name, created_at, status, plan, out, sum) VALUES ($1, $2, $3, $4, $5, $6, $7)`,
+			r.ID, r.Name, r.CreatedAt, r.Status, string(r.Plan), optional(r.Out), experimentSum(r))
 	})
 	if err != nil {
 		return fmt.Errorf("create experiment %s: %w", r.ID, err)
@@ -47,15 +59,19 @@ func (s *Store) CreateExperiment(ctx context.Context, r experiment.Record) error
 	return nil
 }
 
-// UpdateExperiment writes an experiment's status and plan.
+// UpdateExperiment writes an experiment's status and plan, and its out
+// where r's is set.
 func (s *Store) UpdateExperiment(ctx context.Context, r experiment.Record) error {
 	old, err := s.Experiment(ctx, r.ID)
 	if err != nil {
 		return err
 	}
 	old.Status, old.Plan = r.Status, r.Plan
+	if r.Out != "" {
+		old.Out = r.Out
+	}
 	err = s.writeTables(func(b *pgx.Batch) {
-		b.Queue(`UPDATE experiments SET status = $1, plan = $2, sum = $3 WHERE id = $4`, old.Status, string(old.Plan), experimentSum(old), old.ID)
+		b.Queue(`UPDATE experiments SET status = $1, plan = $2, out = $3, sum = $4 WHERE id = $5`, old.Status, string(old.Plan), optional(old.Out), experimentSum(old), old.ID)
 	})
 	if err != nil {
 		return fmt.Errorf("update experiment %s: %w", r.ID, err)
@@ -63,14 +79,18 @@ func (s *Store) UpdateExperiment(ctx context.Context, r experiment.Record) error
 	return nil
 }
 
-const experimentColumns = `id, name, created_at, status, plan, sum`
+const experimentColumns = `id, name, created_at, status, plan, out, sum`
 
 func scanExperiment(row pgx.Row) (experiment.Record, error) {
 	var r experiment.Record
 	var plan string
+	var out *string
 	var sum int64
-	if err := row.Scan(&r.ID, &r.Name, &r.CreatedAt, &r.Status, &plan, &sum); err != nil {
+	if err := row.Scan(&r.ID, &r.Name, &r.CreatedAt, &r.Status, &plan, &out, &sum); err != nil {
 		return r, err
+	}
+	if out != nil {
+		r.Out = *out
 	}
 	r.CreatedAt, r.Plan = r.CreatedAt.UTC(), []byte(plan)
 	if sum != experimentSum(r) {

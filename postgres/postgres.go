@@ -25,12 +25,16 @@ import (
 	"crypto/sha256"
 	"database/sql"
 	"embed"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"net/url"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/jackc/pgx/v5/stdlib"
 
@@ -80,6 +84,10 @@ type Store struct {
 	write *pgxpool.Pool // one connection: the writer's
 
 	textIDs map[string]int64 // texts the database holds, by body; the writer's own
+	// writer is this store's row of writers, and commits the count of
+	// commits it says; the writer's own.
+	writer  string
+	commits int64
 
 	texts segment.TextCache // texts read, by id
 }
@@ -135,7 +143,12 @@ func open(ctx context.Context, connString string) (*Store, error) {
 		write.Close()
 		return nil, err
 	}
-	s := &Store{read: read, write: write, textIDs: map[string]int64{}}
+	s := &Store{read: read, write: write, textIDs: map[string]int64{}, writer: flow.NewID()}
+	if _, err := write.Exec(ctx, `INSERT INTO writers (id, commits) VALUES ($1, 0)`, s.writer); err != nil {
+		write.Close()
+		read.Close()
+		return nil, err
+	}
 	s.Writer = segment.NewWriter(s.commitTx, ErrClosed)
 	return s, nil
 }
@@ -153,6 +166,9 @@ func redacted(connString string) string {
 // closes the pools.
 func (s *Store) Close() error {
 	s.Writer.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	s.write.Exec(ctx, `DELETE FROM writers WHERE id = $1`, s.writer) // a row left behind costs nothing but its bytes
+	cancel()
 	s.read.Close()
 	s.write.Close()
 	return nil
@@ -165,14 +181,64 @@ type row struct {
 	id        string
 	flowID    *string
 	createdAt *time.Time
+	tags      *string // on an instance's first row, when it has tags
 }
 
 // writeTimeout bounds one commit, so that a database that stops answering
 // fails the writes waiting on it instead of holding them for ever.
 const writeTimeout = time.Minute
 
-// commitTx writes a batch in one transaction.
+// commitTx writes a batch in one transaction, and counts it in the
+// writer's row. When the connection breaks with no answer from the server
+// (during COMMIT, or before it), the count says whether the transaction
+// landed: if it did, the batch is done; if not, it is tried once more, on
+// a new connection. No write is lost to a dropped connection, and none is
+// made twice.
 func (s *Store) commitTx(batch []segment.Write[own]) error {
+	n := s.commits + 1
+	for attempt := 1; ; attempt++ {
+		err := s.commitOnce(batch, n)
+		var unknown *unknownOutcome
+		if !errors.As(err, &unknown) {
+			if err == nil {
+				s.commits = n
+			}
+			return err
+		}
+		landed, lerr := s.landed(n)
+		switch {
+		case lerr != nil:
+			return fmt.Errorf("%w; and whether it landed could not be read: %v", err, lerr)
+		case landed:
+			s.commits = n
+			return nil
+		case attempt == 2:
+			return err
+		}
+	}
+}
+
+// unknownOutcome is the error of a commit whose connection broke without
+// the server's answer: the transaction may have committed or not.
+type unknownOutcome struct{ err error }
+
+func (u *unknownOutcome) Error() string { return "commit: " + u.err.Error() }
+func (u *unknownOutcome) Unwrap() error { return u.err }
+
+// landed reports whether the writer's commit n landed. A transaction that
+// is still going on holds the writer's row, which locking it waits for.
+func (s *Store) landed(n int64) (bool, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), writeTimeout)
+	defer cancel()
+	var commits int64
+	err := pgx.BeginFunc(ctx, s.read, func(tx pgx.Tx) error {
+		return tx.QueryRow(ctx, `SELECT commits FROM writers WHERE id = $1 FOR UPDATE`, s.writer).Scan(&commits)
+	})
+	return commits == n, err
+}
+
+// commitOnce writes a batch in one transaction, as the writer's commit n.
+func (s *Store) commitOnce(batch []segment.Write[own], n int64) (err error) {
 	ctx, cancel := context.WithTimeout(context.Background(), writeTimeout)
 	defer cancel()
 	conn, err := s.write.Acquire(ctx)
@@ -180,6 +246,15 @@ func (s *Store) commitTx(batch []segment.Write[own]) error {
 		return err
 	}
 	defer conn.Release()
+	defer func() {
+		// An error the server raised means the transaction is rolled
+		// back; a connection that broke (or timed out, which breaks it)
+		// leaves that unknown.
+		var pe *pgconn.PgError
+		if err != nil && !errors.As(err, &pe) && conn.Conn().IsClosed() {
+			err = &unknownOutcome{err}
+		}
+	}()
 	var rows []*row
 	byInstance := map[string]*row{}
 	textID := func(body string) (int64, error) {
@@ -199,8 +274,10 @@ func (s *Store) commitTx(batch []segment.Write[own]) error {
 	}
 	// Held events and settles go in the order they were queued; an
 	// instance is queued before its events, and its first row holds those
-	// of them the batch holds.
+	// of them the batch holds. The count comes first, so that the
+	// transaction holds the writer's row from its start.
 	var b pgx.Batch
+	b.Queue(`UPDATE writers SET commits = $2 WHERE id = $1`, s.writer, n)
 	var with []func(context.Context, pgx.Tx) error
 	for _, w := range batch {
 		if w.Own.exec != nil {
@@ -216,7 +293,7 @@ func (s *Store) commitTx(batch []segment.Write[own]) error {
 				return fmt.Errorf("instance %s is created in a batch that already holds it", w.ID) // committed one by one, the second write fails alone
 			}
 			created := w.Inst.CreatedAt.Truncate(time.Microsecond)
-			r = &row{id: w.ID, flowID: &w.Inst.FlowID, createdAt: &created}
+			r = &row{id: w.ID, flowID: &w.Inst.FlowID, createdAt: &created, tags: tagsColumn(w.Inst.Tags)}
 			r.LastTime = created
 			byInstance[w.ID] = r
 			rows = append(rows, r)
@@ -249,9 +326,9 @@ func (s *Store) commitTx(batch []segment.Write[own]) error {
 		if r.Status != "" {
 			status = &r.Status
 		}
-		sum := logSum(r.id, r.First, r.Last, r.flowID, r.createdAt, lastTime, int64(r.Steps), status, events, hidden, texts)
-		b.Queue(`INSERT INTO log (instance_id, first_seq, last_seq, flow_id, created_at, last_time, steps, status, events, hidden, texts, sum) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)`,
-			r.id, r.First, r.Last, r.flowID, r.createdAt, lastTime, r.Steps, status, nullText(events), nullText(hidden), nullText(texts), sum)
+		sum := logSum(r.id, r.First, r.Last, r.flowID, r.createdAt, lastTime, int64(r.Steps), status, events, hidden, texts, r.tags)
+		b.Queue(`INSERT INTO log (instance_id, first_seq, last_seq, flow_id, created_at, last_time, steps, status, events, hidden, texts, tags, sum) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)`,
+			r.id, r.First, r.Last, r.flowID, r.createdAt, lastTime, r.Steps, status, nullText(events), nullText(hidden), nullText(texts), r.tags, sum)
 		if s.Notify != "" && r.Last > 0 {
 			b.Queue(`SELECT pg_notify($1, $2)`, s.Notify, fmt.Sprint(r.id, ":", r.Last))
 		}
@@ -297,7 +374,9 @@ func nullText(b []byte) *string {
 
 // logSum, textSum and heldSum are the checksums of rows of the three
 // tables: every column but the sum and the keys PostgreSQL makes, in order.
-func logSum(id string, first, last int64, flowID *string, createdAt *time.Time, lastTime time.Time, steps int64, status *string, events, hidden, texts []byte) int64 {
+// A log row's tags count only when it has them, so that rows from before
+// tags keep their sums.
+func logSum(id string, first, last int64, flowID *string, createdAt *time.Time, lastTime time.Time, steps int64, status *string, events, hidden, texts []byte, tags *string) int64 {
 	var s segment.Sum
 	s.String(id).Int(first).Int(last)
 	nullString(&s, flowID)
@@ -308,7 +387,33 @@ func logSum(id string, first, last int64, flowID *string, createdAt *time.Time, 
 	}
 	s.Int(lastTime.UnixMicro()).Int(steps)
 	nullString(&s, status)
-	return s.Bytes(events).Bytes(hidden).Bytes(texts).Value()
+	s.Bytes(events).Bytes(hidden).Bytes(texts)
+	if tags != nil {
+		s.String(*tags)
+	}
+	return s.Value()
+}
+
+// tagsColumn is an instance's tags as its first row keeps them: a JSON
+// object, or NULL for none.
+func tagsColumn(tags map[string]string) *string {
+	if len(tags) == 0 {
+		return nil
+	}
+	b, _ := json.Marshal(tags) // sorted by name: the same tags, the same text
+	return nullText(b)
+}
+
+// tagsOf reads a tags column.
+func tagsOf(id string, col *string) (map[string]string, error) {
+	if col == nil {
+		return nil, nil
+	}
+	var tags map[string]string
+	if err := json.Unmarshal([]byte(*col), &tags); err != nil {
+		return nil, fmt.Errorf("instance %q: tags: %w", id, err)
+	}
+	return tags, nil
 }
 
 func nullString(s *segment.Sum, v *string) {
@@ -371,13 +476,18 @@ func (s *Store) Get(ctx context.Context, id string) (flow.Instance, error) {
 	if err != nil {
 		return flow.Instance{ID: id}, err
 	}
-	return flow.Instance{ID: id, FlowID: *rows[0].flowID, CreatedAt: rows[0].createdAt.UTC()}, nil
+	tags, err := tagsOf(id, rows[0].tags)
+	if err != nil {
+		return flow.Instance{ID: id}, err
+	}
+	return flow.Instance{ID: id, FlowID: *rows[0].flowID, CreatedAt: rows[0].createdAt.UTC(), Tags: tags}, nil
 }
 
 // stored is a row of the log as read.
 type stored struct {
 	segment.Row
 	flowID, status *string
+	tags           *string
 	createdAt      *time.Time
 	lastTime       time.Time
 	steps          int64
@@ -389,7 +499,7 @@ type stored struct {
 // read whole before anything else is asked of the database, so that a
 // reader holds one connection at a time.
 func (s *Store) segments(ctx context.Context, id, where string, args ...any) ([]stored, error) {
-	rows, err := s.read.Query(ctx, `SELECT first_seq, last_seq, flow_id, created_at, last_time, steps, status, events, hidden, texts, sum
+	rows, err := s.read.Query(ctx, `SELECT first_seq, last_seq, flow_id, created_at, last_time, steps, status, events, hidden, texts, tags, sum
 		FROM log WHERE instance_id = $1 AND (`+where+`) ORDER BY first_seq`, append([]any{id}, args...)...)
 	if err != nil {
 		return nil, fmt.Errorf("instance %q: %w", id, err)
@@ -398,10 +508,10 @@ func (s *Store) segments(ctx context.Context, id, where string, args ...any) ([]
 	var out []stored
 	for rows.Next() {
 		var r stored
-		if err := rows.Scan(&r.First, &r.Last, &r.flowID, &r.createdAt, &r.lastTime, &r.steps, &r.status, &r.Events, &r.Hidden, &r.Texts, &r.sum); err != nil {
+		if err := rows.Scan(&r.First, &r.Last, &r.flowID, &r.createdAt, &r.lastTime, &r.steps, &r.status, &r.Events, &r.Hidden, &r.Texts, &r.tags, &r.sum); err != nil {
 			return nil, fmt.Errorf("instance %q: %w", id, err)
 		}
-		if r.sum != logSum(id, r.First, r.Last, r.flowID, r.createdAt, r.lastTime, r.steps, r.status, r.Events, r.Hidden, r.Texts) {
+		if r.sum != logSum(id, r.First, r.Last, r.flowID, r.createdAt, r.lastTime, r.steps, r.status, r.Events, r.Hidden, r.Texts, r.tags) {
 			return nil, fmt.Errorf("instance %q: %s: %w", id, r.Name(), flow.ErrCorrupt)
 		}
 		out = append(out, r)
@@ -460,7 +570,10 @@ func (s *Store) loadTexts(ctx context.Context, ids []int64) (map[int64]string, e
 // the last status they mark. It reads no events, and so checks none: a
 // changed row is found when its events are read.
 func (s *Store) List(ctx context.Context, opt flow.ListOptions) ([]flow.Summary, error) {
-	q := `SELECT i.instance_id, i.flow_id, i.created_at,
+	if err := opt.Check(); err != nil {
+		return nil, err
+	}
+	q := `SELECT i.instance_id, i.flow_id, i.created_at, i.tags::text,
 		(SELECT sum(l.steps) FROM log l WHERE l.instance_id = i.instance_id),
 		(SELECT max(l.last_time) FROM log l WHERE l.instance_id = i.instance_id),
 		(SELECT l.status FROM log l WHERE l.instance_id = i.instance_id AND l.status IS NOT NULL ORDER BY l.first_seq DESC LIMIT 1)
@@ -469,6 +582,12 @@ func (s *Store) List(ctx context.Context, opt flow.ListOptions) ([]flow.Summary,
 	if opt.FlowID != "" {
 		args = append(args, opt.FlowID)
 		q += fmt.Sprintf(` AND i.flow_id = $%d`, len(args))
+	}
+	for _, k := range slices.Sorted(maps.Keys(opt.Tags)) {
+		// The key is written out, a checked tag name, so that the index
+		// on an experiment's tag serves it.
+		args = append(args, opt.Tags[k])
+		q += fmt.Sprintf(` AND i.tags IS NOT NULL AND i.tags->>'%s' = $%d`, k, len(args))
 	}
 	q += ` ORDER BY i.created_at DESC, i.instance_id DESC`
 	if opt.Limit > 0 && opt.Status == "" {
@@ -483,9 +602,12 @@ func (s *Store) List(ctx context.Context, opt flow.ListOptions) ([]flow.Summary,
 	var out []flow.Summary
 	for rows.Next() {
 		var sum flow.Summary
-		var status *string
-		if err := rows.Scan(&sum.ID, &sum.FlowID, &sum.CreatedAt, &sum.Steps, &sum.UpdatedAt, &status); err != nil {
+		var status, tags *string
+		if err := rows.Scan(&sum.ID, &sum.FlowID, &sum.CreatedAt, &tags, &sum.Steps, &sum.UpdatedAt, &status); err != nil {
 			return nil, fmt.Errorf("list instances: %w", err)
+		}
+		if sum.Tags, err = tagsOf(sum.ID, tags); err != nil {
+			return nil, err
 		}
 		sum.CreatedAt, sum.UpdatedAt = sum.CreatedAt.UTC(), sum.UpdatedAt.UTC()
 		sum.Status = flow.StatusNew

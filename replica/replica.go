@@ -40,6 +40,7 @@ import (
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/riverqueue/river/rivermigrate"
+	"github.com/riverqueue/river/rivertype"
 
 	"superego/flow"
 	"superego/postgres"
@@ -302,12 +303,16 @@ func (r *Replicas) release(ctx context.Context, instance string, ended bool) err
 }
 
 // requeue readies the job of a run that no replica holds any more, in tx,
-// or makes one for a run that had none: one that ran where it was
-// dispatched.
+// or makes one for a run that had none (one that ran where it was
+// dispatched) or whose job is gone.
 func (r *Replicas) requeue(ctx context.Context, tx pgx.Tx, instance string, job *int64) error {
 	if job != nil {
 		_, err := r.river.JobRetryTx(ctx, tx, *job)
-		return err
+		if !errors.Is(err, rivertype.ErrNotFound) {
+			return err
+		}
+		// The job is gone (deleted by hand, or by River's cleaner): the
+		// run gets a new one rather than none.
 	}
 	res, err := r.river.InsertTx(ctx, tx, runArgs{instance}, &river.InsertOpts{Queue: queue})
 	if err != nil {
@@ -489,37 +494,51 @@ func (r *Replicas) extend(ctx context.Context) (renewed map[string]bool, cancels
 }
 
 // reap gives the runs of expired leases, whose replica died, to whichever
-// replica takes their job first: in one transaction, the leases are freed
-// and the jobs made ready now.
+// replica takes their job first. Each lease is freed and its job made ready
+// in a transaction of its own: one that cannot be (a lost job, a failing
+// row) is left for the next pass, and keeps no other run from going on.
 func (r *Replicas) reap(ctx context.Context) error {
+	rows, err := r.pool.Query(ctx, `SELECT instance_id FROM run_leases WHERE owner IS NOT NULL AND expires_at < now()`)
+	if err != nil {
+		return err
+	}
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, id := range ids {
+		if err := r.reapOne(ctx, id); err != nil {
+			errs = append(errs, fmt.Errorf("queue the run of %s: %w", id, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// reapOne frees an instance's lease, if it is still expired, and readies
+// its job, in one transaction.
+func (r *Replicas) reapOne(ctx context.Context, instance string) error {
 	tx, err := r.pool.Begin(ctx)
 	if err != nil {
 		return err
 	}
 	defer tx.Rollback(ctx)
-	rows, err := tx.Query(ctx, `UPDATE run_leases SET owner = NULL WHERE owner IS NOT NULL AND expires_at < now() RETURNING instance_id, job_id`)
+	var job *int64
+	err = tx.QueryRow(ctx, `UPDATE run_leases SET owner = NULL WHERE instance_id = $1 AND owner IS NOT NULL AND expires_at < now() RETURNING job_id`, instance).Scan(&job)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil // renewed, or reaped by another replica, meanwhile
+	}
 	if err != nil {
 		return err
 	}
-	jobs := map[string]*int64{}
-	for rows.Next() {
-		var id string
-		var job *int64
-		if err := rows.Scan(&id, &job); err != nil {
-			return err
-		}
-		jobs[id] = job
-	}
-	if err := rows.Err(); err != nil {
+	if err := r.requeue(ctx, tx, instance, job); err != nil {
 		return err
 	}
-	for id, job := range jobs {
-		r.log.Warn("a replica stopped running a run; it goes to another", "instance", id)
-		if err := r.requeue(ctx, tx, id, job); err != nil {
-			return fmt.Errorf("queue the run of %s: %w", id, err)
-		}
+	if err := tx.Commit(ctx); err != nil {
+		return err
 	}
-	return tx.Commit(ctx)
+	r.log.Warn("a replica stopped running a run; it goes to another", "instance", instance)
+	return nil
 }
 
 // runWorker takes a run's job: it claims the run, if nobody alive holds

@@ -25,7 +25,11 @@ func (s *Store) writeTables(exec func(tx *sql.Tx) error) error {
 
 func experimentSum(r experiment.Record, created string) int64 {
 	var sum segment.Sum
-	return sum.String(r.ID).String(r.Name).String(created).String(r.Status).Bytes(r.Plan).Value()
+	sum.String(r.ID).String(r.Name).String(created).String(r.Status).Bytes(r.Plan)
+	if r.Out != "" { // rows from before it was kept have no out, and their sums stay
+		sum.String(r.Out)
+	}
+	return sum.Value()
 }
 
 func outcomeSum(id string, k experiment.Kept) int64 {
@@ -37,8 +41,8 @@ func outcomeSum(id string, k experiment.Kept) int64 {
 func (s *Store) CreateExperiment(ctx context.Context, r experiment.Record) error {
 	created := r.CreatedAt.UTC().Format(segment.TimeFormat)
 	return s.writeTables(func(tx *sql.Tx) error {
-		_, err := tx.Exec(`INSERT INTO experiments (id, name, created_at, status, plan, sum) VALUES (?, ?, ?, ?, ?, ?)`,
-			r.ID, r.Name, created, r.Status, string(r.Plan), experimentSum(r, created))
+		_, err := tx.Exec(`INSERT INTO experiments (id, name, created_at, status, plan, out, sum) VALUES (?, ?, ?, ?, ?, ?, ?)`,
+			r.ID, r.Name, created, r.Status, string(r.Plan), sql.NullString{String: r.Out, Valid: r.Out != ""}, experimentSum(r, created))
 		if err != nil {
 			return fmt.Errorf("create experiment %s: %w", r.ID, err)
 		}
@@ -46,32 +50,38 @@ func (s *Store) CreateExperiment(ctx context.Context, r experiment.Record) error
 	})
 }
 
-// UpdateExperiment writes an experiment's status and plan.
+// UpdateExperiment writes an experiment's status and plan, and its out
+// where r's is set.
 func (s *Store) UpdateExperiment(ctx context.Context, r experiment.Record) error {
 	old, err := s.Experiment(ctx, r.ID)
 	if err != nil {
 		return err
 	}
 	old.Status, old.Plan = r.Status, r.Plan
+	if r.Out != "" {
+		old.Out = r.Out
+	}
 	created := old.CreatedAt.UTC().Format(segment.TimeFormat)
 	return s.writeTables(func(tx *sql.Tx) error {
-		if _, err := tx.Exec(`UPDATE experiments SET status = ?, plan = ?, sum = ? WHERE id = ?`,
-			old.Status, string(old.Plan), experimentSum(old, created), old.ID); err != nil {
+		if _, err := tx.Exec(`UPDATE experiments SET status = ?, plan = ?, out = ?, sum = ? WHERE id = ?`,
+			old.Status, string(old.Plan), sql.NullString{String: old.Out, Valid: old.Out != ""}, experimentSum(old, created), old.ID); err != nil {
 			return fmt.Errorf("update experiment %s: %w", r.ID, err)
 		}
 		return nil
 	})
 }
 
-const experimentColumns = `id, name, created_at, status, plan, sum`
+const experimentColumns = `id, name, created_at, status, plan, out, sum`
 
 func scanExperiment(row interface{ Scan(...any) error }) (experiment.Record, error) {
 	var r experiment.Record
 	var created string
+	var out sql.NullString
 	var sum sql.NullInt64
-	if err := row.Scan(&r.ID, &r.Name, &created, &r.Status, &r.Plan, &sum); err != nil {
+	if err := row.Scan(&r.ID, &r.Name, &created, &r.Status, &r.Plan, &out, &sum); err != nil {
 		return r, err
 	}
+	r.Out = out.String
 	if !checked(sum, experimentSum(r, created)) {
 		return r, fmt.Errorf("experiment %q: %w", r.ID, flow.ErrCorrupt)
 	}

@@ -49,7 +49,7 @@ func versions(t *testing.T, path string) string {
 	return strings.Join(out, ", ")
 }
 
-const allVersions = "1 instances beside the log, 2 move instances into the log, 3 keep texts once, 4 hold unjudged events, 5 checksum each row, 6 keep experiments, 7 cache model replies"
+const allVersions = "1 instances beside the log, 2 move instances into the log, 3 keep texts once, 4 hold unjudged events, 5 checksum each row, 6 keep experiments, 7 cache model replies, 8 remember where experiments write, 9 tag instances"
 
 // A database any release left, empty or at any layout, is brought to the
 // last version by the steps it lacks, each recorded, and then works.
@@ -106,13 +106,14 @@ func TestOpenRefusesANewerDatabase(t *testing.T) {
 		t.Fatal(err)
 	}
 	s.Close()
-	writeRaw(t, path, `INSERT INTO schema_migrations VALUES (8, 'from the future', '2027-01-01T00:00:00Z')`)
+	last := len(strings.Split(allVersions, ", "))
+	writeRaw(t, path, fmt.Sprintf(`INSERT INTO schema_migrations VALUES (%d, 'from the future', '2027-01-01T00:00:00Z')`, last+1))
 	_, err = sqlite.Open(path)
-	want := "open " + path + ": the database is at schema version 8, and this superego knows versions up to 7: use a newer superego"
+	want := fmt.Sprintf("open %s: the database is at schema version %d, and this superego knows versions up to %d: use a newer superego", path, last+1, last)
 	if err == nil || err.Error() != want {
 		t.Fatalf("open: %v\nwant %s", err, want)
 	}
-	if got := versions(t, path); got != allVersions+", 8 from the future" {
+	if got := versions(t, path); got != fmt.Sprintf("%s, %d from the future", allVersions, last+1) {
 		t.Errorf("versions after the refusal: %q", got)
 	}
 }

@@ -3,8 +3,11 @@ package sqlite_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -125,4 +128,96 @@ func TestChangedRowIsReportedNotServed(t *testing.T) {
 	if want := `instance "good": text 1: corrupt: the stored bytes do not match their checksum`; err == nil || err.Error() != want {
 		t.Errorf("events with a changed text: %v\nwant %s", err, want)
 	}
+}
+
+// answers is an agent that answers at once: a long answer, so that a run
+// needs pages of its own.
+type answers struct{}
+
+func (answers) Act(_ context.Context, t *flow.Task, _ func(flow.Event)) (flow.Reply, error) {
+	return flow.Reply{Decision: "ACCEPT", Response: strings.Repeat("The answer is 42. ", 300)}, nil
+}
+
+// A real full disk, as SQLite meets it: the database may not grow. A client
+// is told a run completed only where its log says so; every other run ends
+// failed with code storage; the file stays whole; and once there is room
+// again, cancel records the endings the disk refused, and no instance is
+// left running.
+func TestSQLiteOnAFullDisk(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "superego.db")
+	s, err := sqlite.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	def, err := flow.Parse([]byte(`{"name": "one", "graph": {"start": "s", "nodes": {
+	  "s": {"type": "superego", "agent_id": "s", "constitution": "c", "transitions": {"ACCEPT": null}}}}}`), flow.Catalog{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := &flow.Engine{Flows: map[string]*flow.Flow{"one": {ID: "one", Def: def}}, Exec: &flow.Executor{Agent: answers{}}, Store: s,
+		Log: slog.New(slog.DiscardHandler)}
+	defer e.Close(ctx)
+	if _, err := s.LimitPages(8); err != nil {
+		t.Fatal(err)
+	}
+	told := map[string]string{} // instance → the status its client was told
+	codes := map[string]int{}
+	for i := range 40 {
+		sub, err := e.Start(ctx, flow.Request{FlowID: "one", Input: fmt.Sprintf("What is %d*7?", i)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var status string
+		for ev := range sub.Events(ctx) {
+			switch d := ev.Data.(type) {
+			case flow.Done:
+				status = d.Status
+			case flow.ErrorData:
+				codes[d.Code]++
+			}
+		}
+		told[sub.Instance] = status
+	}
+	if codes["storage"] == 0 || len(codes) > 1 {
+		t.Errorf("error codes of 40 runs on a full disk: %v", codes)
+	}
+	check := func(when string) (running int) {
+		for id, status := range told {
+			events, err := e.Events(ctx, id, 0)
+			switch {
+			case errors.Is(err, flow.ErrNotFound) && status == flow.StatusFailed:
+				continue // never created
+			case err != nil:
+				t.Fatalf("%s: %s: %v", when, id, err)
+			}
+			logged := flow.Replay(events).Status
+			if status == flow.StatusCompleted && logged != flow.StatusCompleted {
+				t.Errorf("%s: a client was told %s completed; its log says %s", when, id, logged)
+			}
+			if status != flow.StatusCompleted && status != flow.StatusFailed {
+				t.Errorf("%s: a client was told %s is %q", when, id, status)
+			}
+			if stored, _ := s.Events(ctx, id, 0); flow.Replay(stored).Status == flow.StatusRunning {
+				running++
+			}
+		}
+		return running
+	}
+	check("on a full disk")
+	var integrity string
+	if err := readRaw(t, path).QueryRow(`PRAGMA integrity_check`).Scan(&integrity); err != nil || integrity != "ok" {
+		t.Errorf("integrity_check: %q, %v", integrity, err)
+	}
+	if _, err := s.LimitPages(1 << 20); err != nil {
+		t.Fatal(err)
+	}
+	for id := range told {
+		e.Cancel(ctx, id) // records an ending the disk refused; idle otherwise
+	}
+	if n := check("with room again"); n > 0 {
+		t.Errorf("%d instances left running", n)
+	}
+	t.Logf("40 runs on a full disk: %d told completed, error codes %v", 40-codes["storage"], codes)
 }

@@ -36,9 +36,12 @@ import (
 	"context"
 	"database/sql"
 	"embed"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"runtime"
+	"slices"
 	"time"
 
 	_ "modernc.org/sqlite" // registers the "sqlite" driver
@@ -146,7 +149,7 @@ func Open(path string) (*Store, error) {
 	}
 	var stmts [3]*sql.Stmt
 	for i, q := range []string{
-		`INSERT INTO log (instance_id, first_seq, last_seq, flow_id, created_at, last_time, steps, status, events, hidden, texts, sum) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+		`INSERT INTO log (instance_id, first_seq, last_seq, flow_id, created_at, last_time, steps, status, events, hidden, texts, tags, sum) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 		`INSERT INTO held (instance_id, name, data, hidden, sum) VALUES (?, ?, ?, ?, ?)`,
 		`DELETE FROM held WHERE instance_id = ?`,
 	} {
@@ -180,6 +183,7 @@ type row struct {
 	segment.Segment
 	id                string
 	flowID, createdAt sql.NullString // NULL but on an instance's first row
+	tags              sql.NullString // on an instance's first row, when it has tags
 }
 
 // commitTx writes a batch in one transaction.
@@ -221,7 +225,7 @@ func (s *Store) commitTx(batch []segment.Write[func(tx *sql.Tx) error]) error {
 				return fmt.Errorf("instance %s is created in a batch that already holds it", w.ID) // committed one by one, the second write fails alone
 			}
 			r = &row{id: w.ID, flowID: sql.NullString{String: w.Inst.FlowID, Valid: true},
-				createdAt: sql.NullString{String: w.Inst.CreatedAt.UTC().Format(segment.TimeFormat), Valid: true}}
+				createdAt: sql.NullString{String: w.Inst.CreatedAt.UTC().Format(segment.TimeFormat), Valid: true}, tags: tagsColumn(w.Inst.Tags)}
 			r.LastTime = w.Inst.CreatedAt
 			byInstance[w.ID] = r
 			rows = append(rows, r)
@@ -252,9 +256,9 @@ func (s *Store) commitTx(batch []segment.Write[func(tx *sql.Tx) error]) error {
 		events, hidden, texts := r.Columns()
 		lastTime := r.LastTime.UTC().Format(segment.TimeFormat)
 		status := sql.NullString{String: r.Status, Valid: r.Status != ""}
-		sum := logSum(r.id, r.First, r.Last, r.flowID, r.createdAt, lastTime, int64(r.Steps), status, events, hidden, texts)
+		sum := logSum(r.id, r.First, r.Last, r.flowID, r.createdAt, lastTime, int64(r.Steps), status, events, hidden, texts, r.tags)
 		// JSON is stored as text, as it was before: nil is NULL.
-		if _, err := tx.Stmt(s.insertSegment).Exec(r.id, r.First, r.Last, r.flowID, r.createdAt, lastTime, r.Steps, status, nullText(events), nullText(hidden), nullText(texts), sum); err != nil {
+		if _, err := tx.Stmt(s.insertSegment).Exec(r.id, r.First, r.Last, r.flowID, r.createdAt, lastTime, r.Steps, status, nullText(events), nullText(hidden), nullText(texts), r.tags, sum); err != nil {
 			return err
 		}
 	}
@@ -276,15 +280,42 @@ func nullText(b []byte) any {
 }
 
 // logSum, textSum and heldSum are the checksums of rows of the three
-// tables: every column but the sum, in order.
-func logSum(id string, first, last int64, flowID, createdAt sql.NullString, lastTime string, steps int64, status sql.NullString, events, hidden, texts []byte) int64 {
+// tables: every column but the sum, in order. A log row's tags count only
+// when it has them, so that rows from before tags keep their sums.
+func logSum(id string, first, last int64, flowID, createdAt sql.NullString, lastTime string, steps int64, status sql.NullString, events, hidden, texts []byte, tags sql.NullString) int64 {
 	var s segment.Sum
 	s.String(id).Int(first).Int(last)
 	nullString(&s, flowID)
 	nullString(&s, createdAt)
 	s.String(lastTime).Int(steps)
 	nullString(&s, status)
-	return s.Bytes(events).Bytes(hidden).Bytes(texts).Value()
+	s.Bytes(events).Bytes(hidden).Bytes(texts)
+	if tags.Valid {
+		s.String(tags.String)
+	}
+	return s.Value()
+}
+
+// tagsColumn is an instance's tags as its first row keeps them: a JSON
+// object, or NULL for none.
+func tagsColumn(tags map[string]string) sql.NullString {
+	if len(tags) == 0 {
+		return sql.NullString{}
+	}
+	b, _ := json.Marshal(tags) // sorted by name: the same tags, the same text
+	return sql.NullString{String: string(b), Valid: true}
+}
+
+// tagsOf reads a tags column.
+func tagsOf(id string, col sql.NullString) (map[string]string, error) {
+	if !col.Valid {
+		return nil, nil
+	}
+	var tags map[string]string
+	if err := json.Unmarshal([]byte(col.String), &tags); err != nil {
+		return nil, fmt.Errorf("instance %q: tags: %w", id, err)
+	}
+	return tags, nil
 }
 
 func nullString(s *segment.Sum, v sql.NullString) {
@@ -354,13 +385,18 @@ func (s *Store) Get(ctx context.Context, id string) (flow.Instance, error) {
 	if err != nil {
 		return flow.Instance{ID: id}, fmt.Errorf("instance %q: %w", id, err)
 	}
-	return flow.Instance{ID: id, FlowID: rows[0].flowID.String, CreatedAt: created}, nil
+	tags, err := tagsOf(id, rows[0].tags)
+	if err != nil {
+		return flow.Instance{ID: id}, err
+	}
+	return flow.Instance{ID: id, FlowID: rows[0].flowID.String, CreatedAt: created, Tags: tags}, nil
 }
 
 // stored is a row of the log as read.
 type stored struct {
 	segment.Row
 	flowID, createdAt, status sql.NullString
+	tags                      sql.NullString
 	lastTime                  string
 	steps                     int64
 	sum                       sql.NullInt64
@@ -371,7 +407,7 @@ type stored struct {
 // read whole before anything else is asked of the database, so that a
 // reader holds one connection at a time, whatever the pool's bound.
 func (s *Store) segments(ctx context.Context, id, where string, args ...any) ([]stored, error) {
-	rows, err := s.read.QueryContext(ctx, `SELECT first_seq, last_seq, flow_id, created_at, last_time, steps, status, events, hidden, texts, sum
+	rows, err := s.read.QueryContext(ctx, `SELECT first_seq, last_seq, flow_id, created_at, last_time, steps, status, events, hidden, texts, tags, sum
 		FROM log WHERE instance_id = ? AND (`+where+`) ORDER BY first_seq`, append([]any{id}, args...)...)
 	if err != nil {
 		return nil, fmt.Errorf("instance %q: %w", id, err)
@@ -380,10 +416,10 @@ func (s *Store) segments(ctx context.Context, id, where string, args ...any) ([]
 	var out []stored
 	for rows.Next() {
 		var r stored
-		if err := rows.Scan(&r.First, &r.Last, &r.flowID, &r.createdAt, &r.lastTime, &r.steps, &r.status, &r.Events, &r.Hidden, &r.Texts, &r.sum); err != nil {
+		if err := rows.Scan(&r.First, &r.Last, &r.flowID, &r.createdAt, &r.lastTime, &r.steps, &r.status, &r.Events, &r.Hidden, &r.Texts, &r.tags, &r.sum); err != nil {
 			return nil, fmt.Errorf("instance %q: %w", id, err)
 		}
-		if !checked(r.sum, logSum(id, r.First, r.Last, r.flowID, r.createdAt, r.lastTime, r.steps, r.status, r.Events, r.Hidden, r.Texts)) {
+		if !checked(r.sum, logSum(id, r.First, r.Last, r.flowID, r.createdAt, r.lastTime, r.steps, r.status, r.Events, r.Hidden, r.Texts, r.tags)) {
 			return nil, fmt.Errorf("instance %q: %s: %w", id, r.Name(), flow.ErrCorrupt)
 		}
 		out = append(out, r)
@@ -433,7 +469,10 @@ func (s *Store) loadTexts(ctx context.Context, ids []int64) (map[int64]string, e
 // the last status they mark. It reads no events, and so checks none: a
 // changed row is found when its events are read.
 func (s *Store) List(ctx context.Context, opt flow.ListOptions) ([]flow.Summary, error) {
-	q := `SELECT i.instance_id, i.flow_id, i.created_at,
+	if err := opt.Check(); err != nil {
+		return nil, err
+	}
+	q := `SELECT i.instance_id, i.flow_id, i.created_at, i.tags,
 		(SELECT SUM(l.steps) FROM log l WHERE l.instance_id = i.instance_id),
 		(SELECT MAX(l.last_time) FROM log l WHERE l.instance_id = i.instance_id),
 		(SELECT l.status FROM log l WHERE l.instance_id = i.instance_id AND l.status IS NOT NULL ORDER BY l.first_seq DESC LIMIT 1)
@@ -442,6 +481,12 @@ func (s *Store) List(ctx context.Context, opt flow.ListOptions) ([]flow.Summary,
 	if opt.FlowID != "" {
 		q += ` AND i.flow_id = ?`
 		args = append(args, opt.FlowID)
+	}
+	for _, k := range slices.Sorted(maps.Keys(opt.Tags)) {
+		// The path is written out, a checked tag name, so that the index
+		// on an experiment's tag serves it.
+		q += ` AND i.tags IS NOT NULL AND json_extract(i.tags, '$.` + k + `') = ?`
+		args = append(args, opt.Tags[k])
 	}
 	q += ` ORDER BY i.created_at DESC, i.rowid DESC`
 	if opt.Limit > 0 && opt.Status == "" {
@@ -457,8 +502,11 @@ func (s *Store) List(ctx context.Context, opt flow.ListOptions) ([]flow.Summary,
 	for rows.Next() {
 		var sum flow.Summary
 		var created, updated string
-		var status sql.NullString
-		if err := rows.Scan(&sum.ID, &sum.FlowID, &created, &sum.Steps, &updated, &status); err != nil {
+		var status, tags sql.NullString
+		if err := rows.Scan(&sum.ID, &sum.FlowID, &created, &tags, &sum.Steps, &updated, &status); err != nil {
+			return nil, err
+		}
+		if sum.Tags, err = tagsOf(sum.ID, tags); err != nil {
 			return nil, err
 		}
 		if sum.CreatedAt, err = time.Parse(segment.TimeFormat, created); err != nil {

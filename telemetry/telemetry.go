@@ -1,6 +1,6 @@
 // Package telemetry is what an operator sees of superego: Prometheus
-// metrics of runs, steps, drafts, model and tool calls and store writes
-// (SPEC §4b), and OpenTelemetry traces, a trace per run with a span per
+// metrics of runs, steps, drafts, model and tool calls and store writes,
+// and OpenTelemetry traces, a trace per run with a span per
 // node iteration, model call and tool call. It adapts the observers that
 // flow and agents declare; neither of them knows of Prometheus or of
 // OpenTelemetry.
@@ -44,6 +44,7 @@ type Telemetry struct {
 	runsStarted  *vec[[1]string, prometheus.Counter]
 	runsFinished *vec[[2]string, prometheus.Counter]
 	runsInFlight prometheus.Gauge
+	runsMax      prometheus.Gauge
 	steps        *vec[[3]string, prometheus.Counter]
 	drafts       *vec[[3]string, prometheus.Counter]
 	modelCalls   *vec[[3]string, prometheus.Observer]
@@ -63,6 +64,9 @@ type Options struct {
 	// Content puts prompts and visible responses on model call spans
 	// (SUPEREGO_TRACE_CONTENT=1); see the package comment.
 	Content bool
+	// MaxRuns is the server's --max-runs, exported as superego_runs_max so
+	// that an alert on runs in flight follows the limit; 0 where unknown.
+	MaxRuns int
 }
 
 // New registers superego's metrics with reg and returns the telemetry
@@ -75,7 +79,7 @@ func New(reg prometheus.Registerer, opt Options) (*Telemetry, error) {
 	steps := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "superego_steps_total",
 		Help: `Node steps recorded, by decision; "*" is a decision only the node's "*" transition accepted.`}, []string{"flow", "node", "decision"})
 	drafts := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "superego_drafts_total",
-		Help: "Held inner-agent turns (SPEC §3a), by the inner agent's node, released or withheld."}, []string{"flow", "node", "outcome"})
+		Help: "Held inner-agent turns (gated output), by the inner agent's node, released or withheld."}, []string{"flow", "node", "outcome"})
 	modelCalls := prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "superego_model_call_seconds",
 		Help:    "Model calls, by outcome: ok, error, timeout, cancelled, or cached (no call).",
 		Buckets: []float64{.01, .05, .1, .25, .5, 1, 2, 4, 8, 15, 30, 60, 120}}, []string{"provider", "model", "outcome"})
@@ -101,6 +105,8 @@ func New(reg prometheus.Registerer, opt Options) (*Telemetry, error) {
 		runsFinished: newVec(func(k [2]string) prometheus.Counter { return runsFinished.WithLabelValues(k[:]...) }),
 		runsInFlight: prometheus.NewGauge(prometheus.GaugeOpts{Name: "superego_runs_in_flight",
 			Help: "Runs executing on this server now."}),
+		runsMax: prometheus.NewGauge(prometheus.GaugeOpts{Name: "superego_runs_max",
+			Help: "Runs this server executes at once (--max-runs); past it, new runs get 429."}),
 		steps:      newVec(func(k [3]string) prometheus.Counter { return steps.WithLabelValues(k[:]...) }),
 		drafts:     newVec(func(k [3]string) prometheus.Counter { return drafts.WithLabelValues(k[:]...) }),
 		modelCalls: newVec(func(k [3]string) prometheus.Observer { return modelCalls.WithLabelValues(k[:]...) }),
@@ -112,7 +118,8 @@ func New(reg prometheus.Registerer, opt Options) (*Telemetry, error) {
 			Help:    "Writes of events the engine queued to its store, from queued to durable: how long a client waits to be shown them (a write carries one or more events).",
 			Buckets: []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5}}),
 	}
-	for _, c := range []prometheus.Collector{runsStarted, runsFinished, t.runsInFlight, steps, drafts,
+	t.runsMax.Set(float64(opt.MaxRuns))
+	for _, c := range []prometheus.Collector{runsStarted, runsFinished, t.runsInFlight, t.runsMax, steps, drafts,
 		modelCalls, tokens, toolCalls, t.subscribers, t.storeWrites, judgements, rules, judgeWait} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
@@ -157,10 +164,23 @@ func (v *vec[K, M]) get(k K) M {
 	return m
 }
 
-// Handler serves the metrics of g in Prometheus' text format (or
-// OpenMetrics, where the scraper asks for it).
+// Handler serves the metrics of g in Prometheus' text format, or in
+// OpenMetrics where the scraper asks for it (Prometheus does), which
+// carries the exemplars that lead from a model or tool call's latency to
+// its trace.
 func Handler(g prometheus.Gatherer) http.Handler {
-	return promhttp.HandlerFor(g, promhttp.HandlerOpts{})
+	return promhttp.HandlerFor(g, promhttp.HandlerOpts{EnableOpenMetrics: true})
+}
+
+// observe records v, with the trace of ctx as its exemplar where that trace
+// is sampled: OpenMetrics shows it beside v's bucket.
+func observe(ctx context.Context, o prometheus.Observer, v float64) {
+	sc := trace.SpanContextFromContext(ctx)
+	if e, ok := o.(prometheus.ExemplarObserver); ok && sc.IsSampled() {
+		e.ObserveWithExemplar(v, prometheus.Labels{"trace_id": sc.TraceID().String()})
+		return
+	}
+	o.Observe(v)
 }
 
 // StreamSubscribers is the gauge of clients streaming events, for the API
@@ -312,7 +332,7 @@ func (t *Telemetry) modelStarted(ctx context.Context, c agents.ModelCall) contex
 }
 
 func (t *Telemetry) modelEnded(ctx context.Context, c agents.ModelCall, res agents.ModelResult) {
-	t.modelCalls.get([3]string{c.Provider, c.Model, res.Outcome}).Observe(res.Duration.Seconds())
+	observe(ctx, t.modelCalls.get([3]string{c.Provider, c.Model, res.Outcome}), res.Duration.Seconds())
 	if u := res.Usage; u != nil {
 		t.tokens.get([3]string{c.Provider, c.Model, "prompt"}).Add(float64(u.PromptTokens))
 		t.tokens.get([3]string{c.Provider, c.Model, "completion"}).Add(float64(u.CompletionTokens))
@@ -353,7 +373,7 @@ func (t *Telemetry) toolStarted(ctx context.Context, c agents.ToolCall) context.
 }
 
 func (t *Telemetry) toolEnded(ctx context.Context, c agents.ToolCall, outcome string) {
-	t.toolCalls.get([2]string{c.Tool, outcome}).Observe(time.Since(c.Start).Seconds())
+	observe(ctx, t.toolCalls.get([2]string{c.Tool, outcome}), time.Since(c.Start).Seconds())
 	if t.tracer == nil || !recording(ctx) {
 		return
 	}

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"net/url"
+	"path"
 	"strings"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -24,8 +26,7 @@ import (
 // (OTEL_SERVICE_NAME, default "superego") and resource attributes. Its
 // caller shuts it down, which sends what is left.
 func Tracing(ctx context.Context, getenv func(string) string) (*sdktrace.TracerProvider, error) {
-	if getenv("OTEL_EXPORTER_OTLP_ENDPOINT") == "" && getenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") == "" ||
-		strings.EqualFold(getenv("OTEL_SDK_DISABLED"), "true") || getenv("OTEL_TRACES_EXPORTER") == "none" {
+	if tracingOff(getenv) {
 		return nil, nil
 	}
 	if e := getenv("OTEL_TRACES_EXPORTER"); e != "" && e != "otlp" {
@@ -50,6 +51,45 @@ func Tracing(ctx context.Context, getenv func(string) string) (*sdktrace.TracerP
 		return nil, fmt.Errorf("OTEL_RESOURCE_ATTRIBUTES: %w", err)
 	}
 	return sdktrace.NewTracerProvider(sdktrace.WithBatcher(exp), sdktrace.WithResource(res)), nil
+}
+
+// TracesTo says where Tracing's spans go, for the start-up log: the URL
+// the exporter works out from the same variables (the traces endpoint as
+// it is, else the endpoint with /v1/traces after its path), without a
+// password or query, and the sampler; "off" when Tracing leaves tracing off.
+func TracesTo(getenv func(string) string) string {
+	if tracingOff(getenv) {
+		return "off"
+	}
+	raw, signal := getenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"), true
+	if raw == "" {
+		raw, signal = getenv("OTEL_EXPORTER_OTLP_ENDPOINT"), false
+	}
+	to := raw
+	if u, err := url.Parse(raw); err == nil && u.Host != "" {
+		p := u.Path
+		switch {
+		case !signal:
+			p = path.Join(u.Path, "/v1/traces")
+		case p == "":
+			p = "/"
+		}
+		to = (&url.URL{Scheme: u.Scheme, Host: u.Host, Path: p}).String()
+	}
+	sampler := getenv("OTEL_TRACES_SAMPLER")
+	if sampler == "" {
+		sampler = "parentbased_always_on"
+	}
+	if arg := getenv("OTEL_TRACES_SAMPLER_ARG"); arg != "" {
+		sampler += " " + arg
+	}
+	return to + " (OTLP/HTTP, sampler " + sampler + ")"
+}
+
+// tracingOff reports whether OpenTelemetry's variables leave tracing off.
+func tracingOff(getenv func(string) string) bool {
+	return getenv("OTEL_EXPORTER_OTLP_ENDPOINT") == "" && getenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") == "" ||
+		strings.EqualFold(getenv("OTEL_SDK_DISABLED"), "true") || getenv("OTEL_TRACES_EXPORTER") == "none"
 }
 
 // Tracer is superego's tracer from a provider.

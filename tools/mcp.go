@@ -365,12 +365,12 @@ func (c *mcpConn) caller(tool string) func(context.Context, json.RawMessage) (st
 			}
 			return "", fmt.Errorf("mcp server %q: %s: %s", c.cfg.Name, tool, c.redact(err.Error()))
 		}
-		out := c.redact(resultText(res))
+		out := resultText(res)
 		if len(out) > maxToolOutput {
 			out = out[:maxToolOutput] + fmt.Sprintf("\n[… %d more bytes left out]", len(out)-maxToolOutput)
 		}
 		if res.IsError {
-			return "", fmt.Errorf("%s", out)
+			return "", fmt.Errorf("%s", c.redact(out))
 		}
 		return out, nil
 	}
@@ -397,8 +397,8 @@ func (c *mcpConn) set(state string, session *mcp.ClientSession, tools []Tool, wh
 	}
 }
 
-// redact takes the server's env and header values out of text that might
-// quote them: an error, its standard error.
+// redact takes the server's secrets out of text that might quote them: an
+// error, its standard error.
 func (c *mcpConn) redact(s string) string {
 	for _, v := range c.secrets {
 		s = strings.ReplaceAll(s, v, "[redacted]")

@@ -4,10 +4,12 @@ import (
 	"context"
 	"encoding/json"
 	"log/slog"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -21,6 +23,7 @@ import (
 
 func TestMain(m *testing.M) {
 	mcptest.Main()
+	mcptest.ExitAtOnce()
 	os.Exit(m.Run())
 }
 
@@ -38,6 +41,10 @@ func TestParseMCP(t *testing.T) {
 	if len(servers) != 2 || servers[0].Name != "fs" || servers[0].Args[1] != "/home/u/x" || servers[0].Env["KEY"] != "tok-123" || servers[0].Env["MODE"] != "fast" ||
 		servers[1].Name != "web" || !servers[1].HTTP() || servers[1].Headers["Authorization"] != "Bearer tok-123" {
 		t.Errorf("parsed %+v", servers)
+	}
+	// ${TOKEN} names a secret wherever it is used; ${HOME} and ${MODE} do not.
+	if !slices.Equal(servers[0].Secrets, []string{"tok-123"}) || !slices.Equal(servers[1].Secrets, []string{"tok-123"}) {
+		t.Errorf("secrets from variables: %q %q", servers[0].Secrets, servers[1].Secrets)
 	}
 	for _, c := range []struct{ name, file, want string }{
 		{"syntax", "{\"mcpServers\": {\n  \"fs\": {\"command\": \"sh\",}\n}}", "line 2: malformed JSON"},
@@ -224,6 +231,44 @@ func TestMCPRestartsADeadServer(t *testing.T) {
 	}
 	if strings.Contains(log, secret) || !strings.Contains(log, "[redacted]") {
 		t.Errorf("the server's secret reached the log, or its stderr was not logged:\n%s", log)
+	}
+}
+
+// A tool's answer reaches the model as the tool gave it. What mcp.json
+// marks as secret (a key named for one, a value from such a variable) stays
+// out of the tool's errors and the log; every other env value stays in.
+func TestMCPSecretsStayOutOfErrorsAndLogs(t *testing.T) {
+	const (
+		token  = "ghp-SECRET-from-a-variable" // ${GITHUB_TOKEN}, under a plain key
+		apiKey = "SECRET-under-API_KEY-5678"
+	)
+	child := mcptest.Command(t, "t", nil)
+	env := map[string]string{"GIT_AUTHOR_NAME": "superego", "MODE": "production", "DATA": "/srv/data", "API_KEY": apiKey, "GH": "${GITHUB_TOKEN}"}
+	maps.Copy(env, child.Env)
+	file, _ := json.Marshal(map[string]any{"mcpServers": map[string]any{"t": map[string]any{"command": child.Command, "env": env}}})
+	servers, err := tools.ParseMCP(file, func(k string) string { return map[string]string{"GITHUB_TOKEN": token}[k] })
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, logs := startMCP(t, servers...)
+	text := "superego production /srv/data " + token + " " + apiKey
+	redacted := "superego production /srv/data [redacted] [redacted]"
+
+	if out, err := callMCP(t, m, "mcp__t__echo", `{"text": "`+text+`"}`); out != text || err != nil {
+		t.Errorf("the result: %q %v, want it as the tool gave it", out, err)
+	}
+	if _, err := callMCP(t, m, "mcp__t__echo", `{"text": "`+text+`", "fail": true}`); err == nil || err.Error() != redacted {
+		t.Errorf("the error: %v, want %q", err, redacted)
+	}
+	// The server wrote the text to its standard error: its end is logged
+	// when the server dies.
+	out, _ := callMCP(t, m, "mcp__t__pid", `{}`)
+	pid, _ := strconv.Atoi(out)
+	syscall.Kill(pid, syscall.SIGKILL)
+	waitState(t, m, "t", tools.MCPRestarting)
+	waitState(t, m, "t", tools.MCPRunning)
+	if log := logs.String(); !strings.Contains(log, redacted) || strings.Contains(log, token) || strings.Contains(log, apiKey) {
+		t.Errorf("the log keeps every value but the secrets, which it redacts:\n%s", log)
 	}
 }
 

@@ -2,6 +2,7 @@ package tools
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -12,6 +13,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"unicode"
 )
 
 // MCPServer is one server of an mcp.json file, in the format Claude Code
@@ -24,26 +26,61 @@ type MCPServer struct {
 	Env     map[string]string // added to the server's environment
 	URL     string            // for "type": "http"
 	Headers map[string]string // sent with every HTTP request
+	// Secrets are the values ParseMCP expanded from a variable whose name
+	// says it holds a secret (${GITHUB_TOKEN}), wherever they were used.
+	Secrets []string
 }
 
 // HTTP reports whether the server is reached over streamable HTTP rather
 // than started as a program.
 func (s MCPServer) HTTP() bool { return s.URL != "" }
 
-// secrets are the values of the server's env and headers: they are never
-// shown, in a log line or an error, and text that quotes them is redacted.
-func (s MCPServer) secrets() []string {
-	var out []string
-	for _, m := range []map[string]string{s.Env, s.Headers} {
-		for _, v := range m {
-			if len(v) >= 4 {
-				out = append(out, v)
+// secretName reports whether a name says its value is a secret: an env
+// key, a header or a variable named for a token, a key, a secret, a
+// password, a credential, authorization or a cookie (GITHUB_TOKEN, API_KEY,
+// PGPASSWORD, X-Api-Key, Authorization). The name is read word by word, so
+// that GIT_AUTHOR_NAME or MONKEY_MODE are not.
+func secretName(name string) bool {
+	words := strings.FieldsFunc(strings.ToLower(name), func(r rune) bool { return !unicode.IsLetter(r) && !unicode.IsDigit(r) })
+	for _, w := range words {
+		switch {
+		case w == "auth", w == "oauth", w == "key", w == "keys", strings.HasSuffix(w, "apikey"), strings.HasSuffix(w, "privatekey"):
+			return true
+		}
+		for _, part := range []string{"token", "secret", "passw", "credential", "authoriz", "cookie"} {
+			if strings.Contains(w, part) {
+				return true
 			}
 		}
 	}
+	return false
+}
+
+// secrets are what the server is given that is secret: the values of its
+// env and headers whose names say so, and what came from such a variable.
+// They are kept out of errors and log lines. Other values (a name, a path,
+// "production") are not secrets: redacting them would mangle every text
+// that happens to hold them. A tool's result is never redacted: the model
+// gets the answer as the tool gave it.
+func (s MCPServer) secrets() []string {
+	out := slices.Clone(s.Secrets)
+	for _, m := range []map[string]string{s.Env, s.Headers} {
+		for k, v := range m {
+			if !secretName(k) {
+				continue
+			}
+			out = append(out, v)
+			// "Bearer TOKEN": the credential may be quoted without its scheme.
+			if _, cred, ok := strings.Cut(v, " "); ok {
+				out = append(out, strings.TrimSpace(cred))
+			}
+		}
+	}
+	// A value this short would be found in ordinary words.
+	out = slices.DeleteFunc(out, func(v string) bool { return len(v) < 4 })
 	// Longest first, so that a secret containing another is redacted whole.
-	slices.SortFunc(out, func(a, b string) int { return len(b) - len(a) })
-	return out
+	slices.SortFunc(out, func(a, b string) int { return cmp.Or(len(b)-len(a), strings.Compare(a, b)) })
+	return slices.Compact(out)
 }
 
 // BuiltinServer is the server the built-in tools belong to, for supervisors
@@ -109,7 +146,11 @@ func parseMCPServer(name string, raw json.RawMessage, getenv func(string) string
 	}
 	var missing []string
 	expand := func(v string) string {
-		return expandEnv(v, getenv, func(name string) { missing = append(missing, name) })
+		return expandEnv(v, getenv, func(name string) { missing = append(missing, name) }, func(name, value string) {
+			if secretName(name) {
+				s.Secrets = append(s.Secrets, value)
+			}
+		})
 	}
 	switch c.Type {
 	case "", "stdio":
@@ -181,18 +222,21 @@ func strictJSON(data []byte, v any) error {
 
 var envRef = regexp.MustCompile(`\$\{([A-Za-z_][A-Za-z0-9_]*)(:-([^}]*))?\}`)
 
-// expandEnv replaces ${VAR} and ${VAR:-default}; a variable that is unset
-// (or empty) and has no default is reported to missing.
-func expandEnv(s string, getenv func(string) string, missing func(string)) string {
+// expandEnv replaces ${VAR} and ${VAR:-default}, telling expanded each
+// variable's name and what took its place; a variable that is unset (or
+// empty) and has no default is reported to missing.
+func expandEnv(s string, getenv func(string) string, missing func(string), expanded func(name, value string)) string {
 	return envRef.ReplaceAllStringFunc(s, func(ref string) string {
 		m := envRef.FindStringSubmatch(ref)
-		if v := getenv(m[1]); v != "" {
-			return v
+		v := getenv(m[1])
+		switch {
+		case v == "" && m[2] != "":
+			v = m[3]
+		case v == "":
+			missing(m[1])
+			return ""
 		}
-		if m[2] != "" {
-			return m[3]
-		}
-		missing(m[1])
-		return ""
+		expanded(m[1], v)
+		return v
 	})
 }

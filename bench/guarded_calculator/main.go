@@ -1,5 +1,5 @@
-// Command guarded_calculator runs the guarded-calculator workload of
-// ../shared/bench/README.md through superego's own engine, agents and
+// Command guarded_calculator runs the guarded-calculator workload (four
+// model calls, one tool call, five steps a flow) through superego's own engine, agents and
 // calculator tool, on a fake language model, and prints one JSON line with
 // the same field names as the LangGraph.js and Eino peers, so the three
 // compare as ratios in one run.
@@ -351,7 +351,7 @@ func main() {
 	concBig := flag.Int("conc-big", 0, "flows at once in a second, larger concurrent phase (0: none)")
 	delay := flag.Duration("delay", 20*time.Millisecond, "model latency in the concurrent phases")
 	rounds := flag.Int("rounds", 3, "measured rounds of each concurrent phase")
-	constitution := flag.String("constitution", "../shared/bench/constitution.txt", "the workload's constitution")
+	constitution := flag.String("constitution", "bench/guarded_calculator/constitution.txt", "the workload's constitution")
 	store := flag.String("store", "memory", "where instances are kept: memory or sqlite")
 	withHTTP := flag.Bool("http", false, "also run the flow through POST /flow/execute and a bare SSE handler")
 	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the sequential phase")
@@ -378,7 +378,7 @@ func main() {
 func run(seq int, minSeconds float64, warmup, conc, concBig int, delay time.Duration, rounds int, constitutionPath, store string, withHTTP bool, cpuprofile, observe string, o options) error {
 	text, err := os.ReadFile(constitutionPath)
 	if err != nil {
-		return fmt.Errorf("%w (run from the repository root, beside ../shared, or pass -constitution)", err)
+		return fmt.Errorf("%w (run from the repository root, or pass -constitution)", err)
 	}
 	sum := sha256.Sum256(text)
 	def, err := flow.Parse([]byte(flowJSON), flow.Catalog{Tools: []string{"calculator"}, Texts: map[string]string{"bench": string(text)}})

@@ -10,11 +10,11 @@
 #   BENCH_ARGS="-conc-big 0" bash bench/peers/run_all.sh
 #
 # Run it from the repository's root. CONSTITUTION is the workload's
-# constitution (default ../shared/bench/constitution.txt, the shared fixture).
+# constitution (default bench/guarded_calculator/constitution.txt, the shared fixture).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 rounds=${ROUNDS:-3}
-constitution=${CONSTITUTION:-../shared/bench/constitution.txt}
+constitution=${CONSTITUTION:-bench/guarded_calculator/constitution.txt}
 args=${BENCH_ARGS:-"-conc-big 10000 -sample 5ms"}
 bin=$(mktemp -d)
 trap 'rm -rf "$bin"' EXIT

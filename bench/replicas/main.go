@@ -39,7 +39,7 @@ import (
 	"superego/agents/agentstest"
 )
 
-// flowJSON is the guarded calculator of ../shared/bench as a flow, as
+// flowJSON is the guarded-calculator workload as a flow, as
 // bench/guarded_calculator runs it.
 const flowJSON = `{"name": "guarded calculator", "graph": {"start": "input_superego", "max_steps": 25, "nodes": {
   "input_superego": {"type": "superego", "agent_id": "input_superego", "constitution": "bench", "max_iterations": 3,
@@ -54,7 +54,7 @@ func main() {
 	runs := flag.Int("runs", 1000, "concurrent runs a round")
 	rounds := flag.Int("rounds", 3, "rounds of the three setups, taken in turn")
 	pg := flag.String("pg", os.Getenv("SUPEREGO_TEST_POSTGRES"), "a PostgreSQL server on this machine")
-	constitution := flag.String("constitution", "../shared/bench/constitution.txt", "the workload's constitution")
+	constitution := flag.String("constitution", "bench/guarded_calculator/constitution.txt", "the workload's constitution")
 	delay := flag.Duration("delay", 20*time.Millisecond, "each model call's latency")
 	flag.Parse()
 	if *pg == "" {

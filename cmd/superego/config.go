@@ -41,6 +41,7 @@ type config struct {
 	Grace        time.Duration
 	MaxRuns      int
 	MaxStreams   int
+	MaxInputMiB  int // of input the runs in flight may hold
 	// The HTTP server's timeouts: for a request's body, for a kept-alive
 	// connection with no request, and for each write to a client.
 	ReadTimeout, IdleTimeout, WriteTimeout time.Duration
@@ -70,6 +71,11 @@ type config struct {
 	// Experiments is where the datasets of experiments posted over HTTP
 	// are (serve).
 	Experiments string
+	// MaxOutcomes bounds an experiment's outcomes (0: no bound);
+	// ExperimentsAuth says who may start, resume, replay or cancel one
+	// over HTTP: "open", "keys" (an API key or the admin token) or "admin".
+	MaxOutcomes     int
+	ExperimentsAuth string
 	// experiment: its subcommand's flags.
 	Out               string
 	NoCache           bool
@@ -148,10 +154,17 @@ func parseConfig(cmd string, args []string, getenv func(string) string, stderr i
 	fs.StringVar(&maxRuns, "max-runs", maxRuns, "runs in flight at once; more get 429 (SUPEREGO_MAX_RUNS)")
 	fs.StringVar(&maxStreams, "max-streams", maxStreams, "streams of instances (replays, reconnects) open at once; more get 429 (SUPEREGO_MAX_STREAMS)")
 	fs.StringVar(&c.Experiments, "experiments", env("SUPEREGO_EXPERIMENTS", "./experiments"), "where the datasets of experiments posted over HTTP are (SUPEREGO_EXPERIMENTS)")
+	maxInput := env("SUPEREGO_MAX_INPUT_MIB", "16")
+	fs.StringVar(&maxInput, "max-input-mib", maxInput, "MiB of input (messages, conversations included) the runs in flight may hold; more get 429 (SUPEREGO_MAX_INPUT_MIB)")
+	maxOutcomes := env("SUPEREGO_MAX_OUTCOMES", "100000")
+	fs.StringVar(&maxOutcomes, "max-outcomes", maxOutcomes, "most outcomes an experiment may have (samples × conditions × repeats); 0: no limit (SUPEREGO_MAX_OUTCOMES)")
+	if cmd == "serve" {
+		fs.StringVar(&c.ExperimentsAuth, "experiments-auth", env("SUPEREGO_EXPERIMENTS_AUTH", ""), "who may start, resume, replay or cancel an experiment over HTTP: open, keys (an API key or the admin token) or admin; default keys when SUPEREGO_API_KEYS or SUPEREGO_ADMIN_TOKEN is set, else open (SUPEREGO_EXPERIMENTS_AUTH)")
+	}
 	since := ""
 	switch cmd {
 	case "experiment":
-		fs.StringVar(&c.Out, "out", "", "run, resume, replay: where results.jsonl and report.md, .json, .csv, .tex and .svg go (default results/ID)")
+		fs.StringVar(&c.Out, "out", "", "run, resume, replay: where results.jsonl and report.md, .json, .csv, .tex and .svg go, remembered for the experiment's later commands (default: where it last went, else results/ID)")
 		fs.BoolVar(&c.NoCache, "no-cache", false, "run, resume, replay: make every model call again, the reply cache unused")
 		fs.BoolVar(&c.RetryErrors, "retry-errors", false, "resume: run again the outcomes whose runs failed")
 		fs.StringVar(&c.Format, "format", "md", "report: md, json, csv, latex or svg; compare: md or json")
@@ -223,6 +236,12 @@ func parseConfig(cmd string, args []string, getenv func(string) string, stderr i
 	if c.MaxStreams, err = strconv.Atoi(maxStreams); err != nil || c.MaxStreams < 1 {
 		return c, nil, fmt.Errorf("max-streams: %q is not a whole number of 1 or more", maxStreams)
 	}
+	if c.MaxInputMiB, err = strconv.Atoi(maxInput); err != nil || c.MaxInputMiB < 1 {
+		return c, nil, fmt.Errorf("max-input-mib: %q is not a whole number of 1 or more", maxInput)
+	}
+	if c.MaxOutcomes, err = strconv.Atoi(maxOutcomes); err != nil || c.MaxOutcomes < 0 {
+		return c, nil, fmt.Errorf("max-outcomes: %q is not a whole number of 0 or more", maxOutcomes)
+	}
 	if keys := getenv("SUPEREGO_API_KEYS"); keys != "" {
 		for k := range strings.SplitSeq(keys, ",") {
 			if k = strings.TrimSpace(k); k != "" {
@@ -233,6 +252,24 @@ func parseConfig(cmd string, args []string, getenv func(string) string, stderr i
 			// Set, yet empty: better refuse to start than leave /v1 open.
 			return c, nil, errors.New("SUPEREGO_API_KEYS has no key: give keys separated by commas, or unset it")
 		}
+	}
+	switch c.ExperimentsAuth {
+	case "":
+		c.ExperimentsAuth = "open"
+		if len(c.APIKeys) > 0 || c.AdminToken != "" {
+			c.ExperimentsAuth = "keys" // an operator who locked /v1 wants its paid calls locked everywhere
+		}
+	case "open":
+	case "keys":
+		if len(c.APIKeys) == 0 && c.AdminToken == "" {
+			return c, nil, errors.New("experiments-auth: keys needs SUPEREGO_API_KEYS or SUPEREGO_ADMIN_TOKEN set")
+		}
+	case "admin":
+		if c.AdminToken == "" {
+			return c, nil, errors.New("experiments-auth: admin needs SUPEREGO_ADMIN_TOKEN set")
+		}
+	default:
+		return c, nil, fmt.Errorf("experiments-auth: %q is not open, keys or admin", c.ExperimentsAuth)
 	}
 	if cmd == "serve" || cmd == "run" || cmd == "validate" || cmd == "experiment" {
 		if c.MCPServers, err = mcpServers(&c.MCP, getenv); err != nil {

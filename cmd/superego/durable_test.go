@@ -27,6 +27,7 @@ import (
 // (mcptest.Command).
 func TestMain(m *testing.M) {
 	mcptest.Main()
+	mcptest.ExitAtOnce()
 	if os.Getenv("SUPEREGO_TEST_AS_MAIN") == "1" {
 		main()
 	}

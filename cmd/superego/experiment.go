@@ -19,6 +19,7 @@ import (
 const experimentUsage = `usage:
   superego experiment run FILE [--out DIR] [--no-cache]      run an experiment file; prints "experiment ID" first
   superego experiment resume ID [--out DIR] [--retry-errors] continue a stopped, cancelled or killed experiment
+                                                             (files go where the experiment's last --out said, else results/ID)
   superego experiment report ID [--format md|json|csv|latex|svg]  its report, as it stands
   superego experiment compare ID A B [--format md|json]      conditions A and B, paired
   superego experiment replay ID --from COND --as NAME [--constitution NODE=NAME]... [--model NODE=MODEL]... [--no-live] [--out DIR]
@@ -104,7 +105,11 @@ func (x *experimenter) run(ctx context.Context, file string) int {
 		return x.fail(exitFailed, err)
 	}
 	fmt.Fprintf(x.stdout, "experiment %s\n", rec.ID)
-	return x.session(ctx, rec.ID)
+	dir, err := x.out(ctx, rec.ID)
+	if err != nil {
+		return x.fail(exitFailed, err)
+	}
+	return x.session(ctx, rec.ID, dir)
 }
 
 // invalidLines lists a document's problems one a line.
@@ -130,7 +135,11 @@ func (x *experimenter) resume(ctx context.Context, id string) int {
 		return x.fail(exitFailed, err)
 	}
 	fmt.Fprintf(x.stdout, "experiment %s\n", id)
-	return x.session(ctx, id)
+	dir, err := x.out(ctx, id)
+	if err != nil {
+		return x.fail(exitFailed, err)
+	}
+	return x.session(ctx, id, dir)
 }
 
 // ofExperiment picks the runs of experiment id: the CLI may share its
@@ -173,12 +182,45 @@ func (x *experimenter) replay(ctx context.Context, id string) int {
 		return x.fail(code, invalidLines("the replay", err))
 	}
 	fmt.Fprintf(x.stdout, "experiment %s\ncondition %s replays %s, asking %s again\n", id, c.Name, c.Replay.From, strings.Join(c.Replay.Ask, ", "))
-	return x.session(ctx, id)
+	dir, err := x.out(ctx, id)
+	if err != nil {
+		return x.fail(exitFailed, err)
+	}
+	return x.session(ctx, id, dir)
+}
+
+// out is where the experiment's files go: --out, which the experiment
+// then remembers; else where it remembers; else results/ID. It is kept
+// absolute, so that a later command run from elsewhere writes there too.
+// Called before a session starts, which might otherwise write the record
+// at the same time.
+func (x *experimenter) out(ctx context.Context, id string) (string, error) {
+	rec, err := x.w.lab.Store.Experiment(ctx, id)
+	if err != nil {
+		return "", err
+	}
+	dir := x.cfg.Out
+	switch {
+	case dir == "" && rec.Out != "":
+		return rec.Out, nil
+	case dir == "":
+		dir = filepath.Join("results", id)
+	}
+	if dir, err = filepath.Abs(dir); err != nil {
+		return "", err
+	}
+	if dir != rec.Out {
+		rec.Out = dir
+		if err := x.w.lab.Store.UpdateExperiment(ctx, rec); err != nil {
+			return "", fmt.Errorf("remember --out: %w", err)
+		}
+	}
+	return dir, nil
 }
 
 // session runs the experiment's unfinished outcomes, showing progress on
-// stderr, then writes its results. Ctrl-C stops it, to be resumed.
-func (x *experimenter) session(ctx context.Context, id string) int {
+// stderr, then writes its results to dir. Ctrl-C stops it, to be resumed.
+func (x *experimenter) session(ctx context.Context, id, dir string) int {
 	lab, engine := x.w.lab, x.w.engine
 	opts := experiment.Options{NoCache: x.cfg.NoCache, RetryErrors: x.cfg.RetryErrors}
 	watch, err := lab.Subscribe(ctx, id)
@@ -186,7 +228,12 @@ func (x *experimenter) session(ctx context.Context, id string) int {
 		return x.fail(exitUsage, err)
 	}
 	watch.Close() // only to check the experiment exists before it starts
-	if err := lab.Start(ctx, id, opts); err != nil {
+	err = lab.Start(ctx, id, opts)
+	if errors.Is(err, experiment.ErrFinished) {
+		fmt.Fprintf(x.stderr, "experiment %s has already finished: nothing is left to run (--retry-errors runs its failed outcomes again)\n", id)
+		return x.write(ctx, id, dir)
+	}
+	if err != nil {
 		code := exitFailed
 		if errors.Is(err, flow.ErrIdle) || errors.Is(err, flow.ErrNotFound) {
 			code = exitUsage
@@ -235,7 +282,7 @@ func (x *experimenter) session(ctx context.Context, id string) int {
 	grace, cancel := context.WithTimeout(context.Background(), x.cfg.Grace)
 	defer cancel()
 	engine.Close(grace) // runs the engine recovered for other instances get the grace
-	if code := x.write(context.Background(), id); code != exitOK {
+	if code := x.write(context.Background(), id, dir); code != exitOK {
 		return code
 	}
 	switch {
@@ -252,12 +299,8 @@ func (x *experimenter) session(ctx context.Context, id string) int {
 }
 
 // write writes results.jsonl and the report in each of its formats
-// (report.md, .json, .csv, .tex, .svg) to --out, or results/ID.
-func (x *experimenter) write(ctx context.Context, id string) int {
-	dir := x.cfg.Out
-	if dir == "" {
-		dir = filepath.Join("results", id)
-	}
+// (report.md, .json, .csv, .tex, .svg) to dir.
+func (x *experimenter) write(ctx context.Context, id, dir string) int {
 	results, err := x.w.lab.Results(ctx, id)
 	if err != nil {
 		return x.fail(exitFailed, err)

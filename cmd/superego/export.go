@@ -4,8 +4,10 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"os"
 
 	"superego/flow"
 )
@@ -21,6 +23,14 @@ type exported struct {
 // row changed since it was written, say) is reported and skipped, and the
 // rest are exported; the exit code then says some were skipped.
 func export(ctx context.Context, cfg config, stdout, stderr io.Writer) int {
+	// Export only reads: a database file that is not there is a mistake to
+	// name, not one to create, empty, and export nothing from.
+	if sqliteFile(cfg.DB) {
+		if _, err := os.Stat(cfg.DB); err != nil {
+			fmt.Fprintf(stderr, "superego export: --db %s: %v\n", cfg.DB, errors.Unwrap(err))
+			return exitUsage
+		}
+	}
 	store, closeStore, err := openStore(cfg)
 	if err != nil {
 		fmt.Fprintln(stderr, "superego export:", err)

@@ -2,6 +2,9 @@ package main
 
 import (
 	"database/sql"
+	"errors"
+	"io/fs"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -52,5 +55,18 @@ superego export: 1 of 3 instances skipped
 		if hidden := strings.Contains(out, "HIDDEN-"); hidden != (len(args) == 2) {
 			t.Errorf("%v: hidden fields in the export: %v\n%s", args, hidden, out)
 		}
+	}
+}
+
+// Export reads: a database file that is not there is named, and exits
+// non-zero, and no empty database is left in its place.
+func TestExportOfAMissingDatabase(t *testing.T) {
+	missing := filepath.Join(t.TempDir(), "typo.db")
+	code, out, errs := runCmd(t, env(), "export", "--db", missing)
+	if code == 0 || out != "" || errs != "superego export: --db "+missing+": no such file or directory\n" {
+		t.Errorf("%d %q %q", code, out, errs)
+	}
+	if _, err := os.Stat(missing); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("export made %s: %v", missing, err)
 	}
 }

@@ -111,13 +111,18 @@ const usage = `usage:
   superego COMMAND -h                          flags of a command
 `
 
+// sqliteFile reports whether --db names a SQLite file.
+func sqliteFile(db string) bool {
+	return db != "memory" && !strings.HasPrefix(db, "postgres://") && !strings.HasPrefix(db, "postgresql://")
+}
+
 // openStore opens the store --db names: "memory", a postgres:// or
 // postgresql:// URL, or else a SQLite file.
 func openStore(cfg config) (flow.Store, func() error, error) {
 	switch {
 	case cfg.DB == "memory":
 		return &flow.MemStore{}, func() error { return nil }, nil
-	case strings.HasPrefix(cfg.DB, "postgres://"), strings.HasPrefix(cfg.DB, "postgresql://"):
+	case !sqliteFile(cfg.DB):
 		s, err := postgres.Open(context.Background(), cfg.DB)
 		if err != nil {
 			return nil, nil, err
@@ -203,9 +208,9 @@ func wire(cfg config, log *slog.Logger) (*wiring, error) {
 	if cache, ok := experiments.(agents.ReplyCache); ok {
 		agent.Cache = cache
 	}
-	engine := &flow.Engine{Flows: flows, Exec: &flow.Executor{Agent: agent, Context: append(rules, references...)}, Store: store, MaxRuns: cfg.MaxRuns, Log: log}
+	engine := &flow.Engine{Flows: flows, Exec: &flow.Executor{Agent: agent, Context: append(rules, references...)}, Store: store, MaxRuns: cfg.MaxRuns, MaxInput: int64(cfg.MaxInputMiB) << 20, Log: log}
 	lab := &experiment.Lab{Engine: engine, Store: experiments, Log: log, RateLimited: backoff.Waits,
-		Env: experiment.Env{Flows: flows, Constitutions: texts, Providers: agents.ProviderNames, Dir: cfg.Experiments, Confined: true}}
+		Env: experiment.Env{Flows: flows, Constitutions: texts, Providers: agents.ProviderNames, Dir: cfg.Experiments, Confined: true, MaxOutcomes: cfg.MaxOutcomes}}
 	return &wiring{engine: engine, refused: refused, providers: providers, lab: lab, mcp: servers,
 		close: func() { servers.Close(); closeStore() }}, nil
 }
@@ -263,8 +268,8 @@ func serve(ctx context.Context, cfg config, stdout, stderr io.Writer, ready chan
 	}
 	model, _ := w.providers.Model("")
 	srv := &http.Server{
-		Handler: (&api.Server{Engine: engine, Experiments: w.lab, Workspaces: &tools.Workspaces{Root: cfg.Workspaces}, Refused: refused, Model: healthModel(model.Name),
-			MCP: w.mcp, AdminToken: cfg.AdminToken, APIKeys: cfg.APIKeys, UpstreamModels: cfg.UpstreamModels, Log: log, WriteTimeout: cfg.WriteTimeout, MaxStreams: cfg.MaxStreams,
+		Handler: (&api.Server{Engine: engine, Experiments: w.lab, Workspaces: &tools.Workspaces{Root: cfg.Workspaces}, Refused: refused, Model: healthModel(model.Name), ModelNote: healthNote(model.Name),
+			MCP: w.mcp, AdminToken: cfg.AdminToken, APIKeys: cfg.APIKeys, UpstreamModels: cfg.UpstreamModels, ExperimentsAuth: cfg.ExperimentsAuth, Log: log, WriteTimeout: cfg.WriteTimeout, MaxStreams: cfg.MaxStreams,
 			Metrics: ops.metrics, Streams: ops.tel.StreamSubscribers()}).Handler(),
 		ReadHeaderTimeout: 10 * time.Second,
 		// Bounds a request's body; handlers lift it once they have read it,
@@ -279,7 +284,7 @@ func serve(ctx context.Context, cfg config, stdout, stderr io.Writer, ready chan
 		return err
 	}
 	addr := ln.Addr().String()
-	log.Info("listening", "addr", "http://"+addr, "model", model.Name, "flows", len(engine.Flows), "refused", len(refused), "db", redactedDB(cfg.DB))
+	log.Info("listening", "addr", "http://"+addr, "model", model.Name, "flows", len(engine.Flows), "refused", len(refused), "db", redactedDB(cfg.DB), "traces", ops.traces)
 	if model.Name == agents.OfflineName {
 		log.Warn("the model is the built-in offline model, not a language model: set SUPEREGO_MODEL, OPENAI_API_KEY or ANTHROPIC_API_KEY for real judgments")
 	}
@@ -319,12 +324,24 @@ func redactedDB(db string) string {
 	return db
 }
 
+// healthModel is the model as /healthz names it: the built-in one is
+// "offline", which clients know it by; healthNote says plainly what it is.
 func healthModel(name string) string {
 	if name == agents.OfflineName {
 		return "offline"
 	}
 	return name
 }
+
+func healthNote(name string) string {
+	if name == agents.OfflineName {
+		return offlineNote
+	}
+	return ""
+}
+
+// offlineNote is /healthz's model_note for the offline model.
+const offlineNote = "the built-in offline model: not a language model; it judges nothing, and answers every call with a fixed, labelled reply. Set SUPEREGO_MODEL, OPENAI_API_KEY or ANTHROPIC_API_KEY for real judgments"
 
 // validateFlows checks flow files and prints every problem; it exits 1 if
 // any file is refused.

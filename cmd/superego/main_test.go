@@ -95,6 +95,10 @@ completed: The calculator returned 50.
 	if err := json.Unmarshal([]byte(lines[len(lines)-1]), &last); code != 0 || err != nil || last.Event != "done" || last.Data["status"] != "completed" {
 		t.Errorf("--json: exit %d, last line %s", code, lines[len(lines)-1])
 	}
+	// The offline model reports no tokens: done says so, with zeros.
+	if usage, ok := last.Data["usage"].(map[string]any); !ok || usage["prompt_tokens"] != 0.0 || usage["completion_tokens"] != 0.0 {
+		t.Errorf("--json: done without usage: %s", lines[len(lines)-1])
+	}
 	if code, _, errs := runCmd(t, env(repoEnv...), "run", "nope", "hi"); code != exitUsage || !strings.Contains(errs, `flow "nope": not found`) {
 		t.Errorf("unknown flow: %d %q", code, errs)
 	}
@@ -154,7 +158,7 @@ func TestServeStartsAndShutsDown(t *testing.T) {
 	}
 	b, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
-	want := `{"flows":["bare_agent","bare_assistant","basic_calculator","guarded_agent","guarded_chat","guarded_tools","multi_agent_flow","sg_phase","supervised_assistant","worker_checker"],"mcp":[],"model":"offline","refused":[{"id":"broken","errors":["malformed JSON: the file ends inside the flow object"]}],"status":"ok"}`
+	want := `{"flows":["bare_agent","bare_assistant","basic_calculator","guarded_agent","guarded_chat","guarded_tools","multi_agent_flow","sg_phase","supervised_assistant","worker_checker"],"mcp":[],"model":"offline","model_note":"the built-in offline model: not a language model; it judges nothing, and answers every call with a fixed, labelled reply. Set SUPEREGO_MODEL, OPENAI_API_KEY or ANTHROPIC_API_KEY for real judgments","refused":[{"id":"broken","errors":["malformed JSON: the file ends inside the flow object"]}],"status":"ok"}`
 	if strings.TrimSpace(string(b)) != want {
 		t.Errorf("healthz: %s", b)
 	}
@@ -184,7 +188,7 @@ func TestServeStartsAndShutsDown(t *testing.T) {
 	if !strings.Contains(out.String(), "curl -N http://"+addr+"/flow/execute") {
 		t.Errorf("no curl line:\n%s", out.String())
 	}
-	if !strings.Contains(logs.String(), `msg="flow refused" flow=broken`) || !strings.Contains(logs.String(), "not a language model") {
+	if !strings.Contains(logs.String(), `msg="flow refused" flow=broken`) || !strings.Contains(logs.String(), "not a language model") || !strings.Contains(logs.String(), "traces=off") {
 		t.Errorf("logs:\n%s", logs.String())
 	}
 }

@@ -31,6 +31,7 @@ type operators struct {
 	reg     prometheus.Registerer
 	tel     *telemetry.Telemetry
 	metrics http.Handler
+	traces  string // where spans go, for the start-up log; "off"
 	// stop sends the spans still to be sent, and closes the metrics'
 	// listener, if they have one.
 	stop func(ctx context.Context)
@@ -45,7 +46,7 @@ func watch(ctx context.Context, cfg config, log *slog.Logger) (*operators, *slog
 	if err != nil {
 		return nil, nil, err
 	}
-	opt := telemetry.Options{Content: cfg.TraceContent}
+	opt := telemetry.Options{Content: cfg.TraceContent, MaxRuns: cfg.MaxRuns}
 	var stops []func(context.Context)
 	if tp != nil {
 		opt.Tracer = telemetry.Tracer(tp)
@@ -60,7 +61,7 @@ func watch(ctx context.Context, cfg config, log *slog.Logger) (*operators, *slog
 	if err != nil {
 		return nil, nil, err
 	}
-	ops := &operators{reg: reg, tel: tel, metrics: telemetry.Handler(reg)}
+	ops := &operators{reg: reg, tel: tel, metrics: telemetry.Handler(reg), traces: telemetry.TracesTo(cfg.getenv)}
 	if cfg.MetricsAddr != "" {
 		ln, err := net.Listen("tcp", cfg.MetricsAddr)
 		if err != nil {

@@ -65,12 +65,19 @@ func TestOperatorsView(t *testing.T) {
 	go func() { served <- serve(ctx, cfg, io.Discard, logs, ready) }()
 	addr := <-ready
 
-	var metricsURL string
+	var metricsURL, traces string
 	for line := range strings.Lines(logs.String()) {
-		var l struct{ Msg, Addr string }
+		var l struct{ Msg, Addr, Traces string }
 		if json.Unmarshal([]byte(line), &l) == nil && l.Msg == "serving metrics" {
 			metricsURL = l.Addr
 		}
+		if l.Msg == "listening" {
+			traces = l.Traces
+		}
+	}
+	// The start-up line says that tracing is on, and where spans go.
+	if want := collector.URL + "/v1/traces (OTLP/HTTP, sampler parentbased_always_on)"; traces != want {
+		t.Errorf("the listening line's traces: %q, want %q", traces, want)
 	}
 	get := func(url string) (int, string) {
 		resp, err := http.Get(url)
@@ -153,7 +160,7 @@ func TestOperatorsView(t *testing.T) {
 
 // Without --metrics-addr, /metrics is on the API's listener.
 func TestMetricsOnTheAPI(t *testing.T) {
-	cfg, _, err := parseConfig("serve", []string{"--addr", "127.0.0.1:0"}, env(repoEnv...), io.Discard)
+	cfg, _, err := parseConfig("serve", []string{"--addr", "127.0.0.1:0", "--max-runs", "7"}, env(repoEnv...), io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -174,7 +181,7 @@ func TestMetricsOnTheAPI(t *testing.T) {
 	}
 	b, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
-	for _, want := range []string{`superego_runs_started_total{flow="basic_calculator"} 1`, `superego_model_call_seconds_count{model="offline",outcome="ok",provider="offline"}`, "go_goroutines "} {
+	for _, want := range []string{`superego_runs_started_total{flow="basic_calculator"} 1`, `superego_model_call_seconds_count{model="offline",outcome="ok",provider="offline"}`, "go_goroutines ", "\nsuperego_runs_max 7\n"} {
 		if resp.StatusCode != http.StatusOK || !strings.Contains(string(b), want) {
 			t.Errorf("GET /metrics: %d, no %s in\n%s", resp.StatusCode, want, b)
 		}

@@ -47,6 +47,22 @@ func Run(t *testing.T, s experiment.Store, cache Cache) {
 	if err := s.UpdateExperiment(ctx, a); err != nil {
 		t.Fatal(err)
 	}
+	// Where the command line writes its files is kept, and an update that
+	// does not say keeps it.
+	a.Out = "/home/u/results/first"
+	if err := s.UpdateExperiment(ctx, a); err != nil {
+		t.Fatal(err)
+	}
+	a.Out = ""
+	if err := s.UpdateExperiment(ctx, a); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := s.Experiment(ctx, "exp-a"); err != nil || got.Out != "/home/u/results/first" {
+		t.Errorf("out: %q %v", got.Out, err)
+	}
+	if got, err := s.Experiment(ctx, "exp-b"); err != nil || got.Out != "" {
+		t.Errorf("another experiment's out: %q %v", got.Out, err)
+	}
 	list, err := s.Experiments(ctx)
 	if err != nil || len(list) != 2 || list[0].ID != "exp-b" || list[1].ID != "exp-a" || list[1].Status != experiment.StatusCompleted || string(list[1].Plan) != string(a.Plan) {
 		t.Errorf("listed: %+v %v", list, err)

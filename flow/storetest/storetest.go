@@ -235,6 +235,55 @@ func Run(t *testing.T, open func(t *testing.T) flow.Store) {
 		}
 	})
 
+	t.Run("tags", func(t *testing.T) {
+		s := open(t)
+		tagged := map[string]flow.Instance{
+			"a1": {ID: "a1", FlowID: "f", CreatedAt: t0, Tags: map[string]string{"experiment": "A", "condition": "bare", "repeat": "0"}},
+			"a2": {ID: "a2", FlowID: "g", CreatedAt: t0.Add(time.Minute), Tags: map[string]string{"experiment": "A", "condition": "superego", "repeat": "0"}},
+			"b1": {ID: "b1", FlowID: "f", CreatedAt: t0.Add(2 * time.Minute), Tags: map[string]string{"experiment": "B", "condition": "bare", "repeat": "0"}},
+			"u":  {ID: "u", FlowID: "f", CreatedAt: t0.Add(3 * time.Minute)},
+		}
+		for _, inst := range tagged {
+			if err := create(s, inst); err != nil {
+				t.Fatal(err)
+			}
+		}
+		appendSync(s, "a1", run[0])
+		for id, want := range tagged {
+			if got, err := s.Get(ctx, id); err != nil || !reflect.DeepEqual(got.Tags, want.Tags) {
+				t.Errorf("get %s: tags %v %v, want %v", id, got.Tags, err, want.Tags)
+			}
+		}
+		for _, c := range []struct {
+			tags map[string]string
+			want string
+		}{
+			{nil, "[u:map[] b1:map[condition:bare experiment:B repeat:0] a2:map[condition:superego experiment:A repeat:0] a1:map[condition:bare experiment:A repeat:0]]"},
+			{map[string]string{"experiment": "A"}, "[a2:map[condition:superego experiment:A repeat:0] a1:map[condition:bare experiment:A repeat:0]]"},
+			{map[string]string{"experiment": "A", "condition": "bare"}, "[a1:map[condition:bare experiment:A repeat:0]]"},
+			{map[string]string{"condition": "bare"}, "[b1:map[condition:bare experiment:B repeat:0] a1:map[condition:bare experiment:A repeat:0]]"},
+			{map[string]string{"experiment": "C"}, "[]"},
+			{map[string]string{"sample": "1"}, "[]"},
+		} {
+			l, err := s.List(ctx, flow.ListOptions{Tags: c.tags})
+			got := []string{}
+			for _, x := range l {
+				got = append(got, fmt.Sprintf("%s:%v", x.ID, x.Tags))
+			}
+			if err != nil || fmt.Sprint(got) != c.want {
+				t.Errorf("list tagged %v: %v %v, want %s", c.tags, got, err, c.want)
+			}
+		}
+		if l, err := s.List(ctx, flow.ListOptions{Tags: map[string]string{"experiment": "A"}, Limit: 1}); err != nil || len(l) != 1 || l[0].ID != "a2" {
+			t.Errorf("list tagged, limited: %+v %v", l, err)
+		}
+		for _, name := range []string{"", "a'b", "a.b", "$.x"} {
+			if _, err := s.List(ctx, flow.ListOptions{Tags: map[string]string{name: "x"}}); !errors.Is(err, flow.ErrInvalid) {
+				t.Errorf("a tag named %q: %v, want ErrInvalid", name, err)
+			}
+		}
+	})
+
 	t.Run("queued writes are done in order", func(t *testing.T) {
 		s := open(t)
 		var mu sync.Mutex

@@ -3,7 +3,8 @@
 // as a child process (Main, Command), or over streamable HTTP (HTTP). Its
 // tools:
 //
-//	echo {text}      returns text; read-only and closed-world (readOnlyHint, openWorldHint false)
+//	echo {text,fail} returns text; read-only and closed-world (readOnlyHint, openWorldHint
+//	                 false); with fail, text is the tool's error, and is written to standard error
 //	add_note {text}  returns "noted: TEXT"; changes things (no readOnlyHint)
 //	pid {}           the server's process id; read-only, closed-world
 //	env {name}       whether the variable is set in the server's environment; read-only, closed-world
@@ -97,6 +98,11 @@ type text struct {
 	Text string `json:"text" jsonschema:"the text"`
 }
 
+type echo struct {
+	Text string `json:"text" jsonschema:"the text"`
+	Fail bool   `json:"fail,omitempty" jsonschema:"answer the text as an error"`
+}
+
 type name struct {
 	Name string `json:"name" jsonschema:"an environment variable's name"`
 }
@@ -123,7 +129,13 @@ func result(s string) *mcp.CallToolResult {
 func addBase(s *mcp.Server) {
 	closed := &mcp.ToolAnnotations{ReadOnlyHint: true, OpenWorldHint: new(bool)}
 	mcp.AddTool(s, &mcp.Tool{Name: "echo", Description: "Returns its text.", Annotations: closed},
-		func(_ context.Context, _ *mcp.CallToolRequest, in text) (*mcp.CallToolResult, any, error) {
+		func(_ context.Context, _ *mcp.CallToolRequest, in echo) (*mcp.CallToolResult, any, error) {
+			if in.Fail {
+				fmt.Fprintln(os.Stderr, "mcptest: failing with", in.Text)
+				r := result(in.Text)
+				r.IsError = true
+				return r, nil, nil
+			}
 			return result(in.Text), nil, nil
 		})
 	mcp.AddTool(s, &mcp.Tool{Name: "add_note", Description: "Adds a note."},
@@ -193,6 +205,17 @@ func Main() {
 		os.Exit(1)
 	}
 	os.Exit(0)
+}
+
+// ExitAtOnce has the children a test binary starts of itself (servers,
+// commands, MCP servers) skip the race detector's sleep at exit: built with
+// -race, each sleeps a second after main returns (GORACE atexit_sleep_ms),
+// for goroutines still running to report races. They exit after an orderly
+// shutdown, so it waits for nothing, and a suite that starts dozens of
+// them waited dozens of seconds. A race they find is still reported, and
+// still fails them (exit status 66). Call it in TestMain.
+func ExitAtOnce() {
+	os.Setenv("GORACE", strings.TrimSpace(os.Getenv("GORACE")+" atexit_sleep_ms=0"))
 }
 
 // Command is an mcp.json server that starts the test binary as the test

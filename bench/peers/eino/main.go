@@ -518,7 +518,7 @@ func main() {
 	concBig := flag.Int("conc-big", 0, "flows at once in a second, larger concurrent phase (0: none)")
 	delay := flag.Duration("delay", 20*time.Millisecond, "model latency in the concurrent phases")
 	rounds := flag.Int("rounds", 3, "measured rounds of each concurrent phase")
-	constitution := flag.String("constitution", "../shared/bench/constitution.txt", "the workload's constitution")
+	constitution := flag.String("constitution", "bench/guarded_calculator/constitution.txt", "the workload's constitution (from the repository root)")
 	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the sequential phase")
 	every := flag.Duration("sample", 0, "sample the runtime's heap, stacks and goroutines this often in the concurrent phases' measured rounds, and report their maxima (0: not)")
 	flag.Parse()
@@ -531,7 +531,7 @@ func main() {
 func run(seq int, minSeconds float64, warmup, conc, concBig int, delay time.Duration, rounds int, constitutionPath, cpuprofile string, every time.Duration) error {
 	text, err := os.ReadFile(constitutionPath)
 	if err != nil {
-		return fmt.Errorf("%w (pass -constitution)", err)
+		return fmt.Errorf("%w (run from the repository root, or pass -constitution)", err)
 	}
 	sum := sha256.Sum256(text)
 	ctx := context.Background()
