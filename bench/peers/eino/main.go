@@ -1,4 +1,4 @@
-// Command eino runs the guarded-calculator workload of ../shared/bench
+// Command eino runs the guarded-calculator workload of bench/guarded_calculator
 // on CloudWeGo Eino (the version go.mod pins): a compose graph of three
 // lambda nodes, a fake ToolCallingChatModel, the calculator built with
 // utils.InferTool, WithMaxRunSteps(25), and a callback handler that hands
