@@ -82,6 +82,7 @@ type Calls struct {
 	sync   func() error
 	act    func(ctx context.Context, t *Task) (Reply, error)
 	obs    *Observer
+	stack  []Layer // the run's, for the judges that take it (SPEC §10)
 
 	toolJudge, resultJudge *Node
 	earlier                []ToolUse
@@ -109,7 +110,8 @@ type call struct {
 type verdict struct {
 	judge *Node
 	kind  string
-	input string // the call or result as it was judged, for the step
+	input string  // the call or result as it was judged, for the step
+	stack []Layer // the stack it was judged under
 	reply Reply
 	err   error
 	start time.Time
@@ -189,13 +191,13 @@ func (c *Calls) forget(k *call) {
 
 // judge asks a judge node about an action. It runs on its own goroutine.
 func (c *Calls) judge(judge *Node, a *Action) (v *verdict) {
-	v = &verdict{judge: judge, kind: a.Kind, input: a.text(), start: time.Now()}
+	v = &verdict{judge: judge, kind: a.Kind, input: a.text(), stack: stackFor(judge, c.stack), start: time.Now()}
 	decisions := []string{Accept, Block, HumanReview}
 	if a.Kind == KindResult {
 		decisions = []string{Accept, Block}
 	}
 	t := &Task{FlowID: c.flowID, InstanceID: c.task.InstanceID, Cache: c.task.Cache, Node: judge, History: c.task.History,
-		UserMessage: c.task.UserMessage, Input: v.input, InputFrom: c.node.AgentID, Decisions: decisions, Action: a}
+		UserMessage: c.task.UserMessage, Input: v.input, InputFrom: c.node.AgentID, Decisions: decisions, Action: a, Stack: v.stack}
 	defer func() {
 		if p := recover(); p != nil {
 			v.err = fmt.Errorf("panic in judge %s: %v", judge.Name, p)
@@ -404,6 +406,7 @@ func judgementStep(agent *Node, use ToolUse, v *verdict) (Step, string) {
 	s.NextAgent = &next
 	r := v.reply
 	s.Response, s.Thinking, s.AgentGuidance, s.Model, s.Usage, s.LatencyMS, s.Cached = r.Response, r.Thinking, r.AgentGuidance, r.Model, r.Usage, r.Latency.Milliseconds(), r.Cached
+	s.Stack, s.Basis = stackEntries(v.stack), basisOf(r.Basis, v.stack)
 	allowed := []string{Accept, Block, HumanReview}
 	if v.kind == KindResult {
 		allowed = allowed[:2]

@@ -291,6 +291,9 @@ func (e *Engine) start(ctx context.Context, req Request, review *Review, attach 
 	run.seq = st.LastID
 	run.mu.Unlock()
 	turn.InstanceID, turn.RunID, turn.Steps, turn.Input, turn.Prior, turn.Options.Review, turn.Held = instanceID, NewID(), st.Steps, req.Input, req.Prior, review, held
+	if review != nil {
+		turn.Options.Stack = st.Options.Stack // a person's answer goes on with the turn it answers, under its stack
+	}
 	return run, turn, nil
 }
 

@@ -61,6 +61,9 @@ type Task struct {
 	// Action, for a superego, is a tool call or result to judge (§3c);
 	// Input is its text.
 	Action *Action
+	// Stack, for a superego that takes one, is the user constitutions it
+	// judges under on top of its own, the floor (SPEC §10).
+	Stack []Layer
 
 	fromWithheld bool // Input is a draft a superego withheld
 }
@@ -88,7 +91,10 @@ type Reply struct {
 	Decision      string
 	AgentGuidance string
 	Response      string
-	ToolUsage     []ToolUse
+	// Basis is what a stacked judge said its decision rests on: "floor"
+	// or a name of its stack, as the model wrote it.
+	Basis     string
+	ToolUsage []ToolUse
 	// Final says the tool calls ended the node's turn, and Decision
 	// stands: a worker that has written its output is done.
 	Final   bool
@@ -429,6 +435,7 @@ func (r *runner) run(ctx context.Context) Outcome {
 		}
 		if err != nil && node.OnError != "" {
 			step, err = onError(node, err), nil
+			step.Stack = stackEntries(stackFor(node, r.t.Options.Stack))
 		}
 		if err != nil {
 			spec.discard(r)
@@ -712,7 +719,7 @@ func (r *runner) appendStep(s Step, node *Node) error {
 		delete(r.chunks, node.Name)
 	}
 	s = r.stamp(s)
-	r.x.Observe.stepped(r.t.FlowID, node, s.Decision)
+	r.x.Observe.stepped(r.t.FlowID, node, s.Decision, s.Basis)
 	ev := Event{Name: EventCompleteStep, Data: s}
 	switch {
 	case node != nil && node.Judged():
@@ -806,7 +813,7 @@ func (r *runner) act(ctx context.Context, node *Node) (step Step, by *Node, err 
 	}
 	calls := r.calls(ctx, node, task, r.steps, out, func(s Step) (Step, error) {
 		s = r.stamp(s)
-		r.x.Observe.stepped(r.t.FlowID, r.t.Def.Graph.Nodes[s.Node], s.Decision)
+		r.x.Observe.stepped(r.t.FlowID, r.t.Def.Graph.Nodes[s.Node], s.Decision, s.Basis)
 		return s, send(Event{Name: EventCompleteStep, Data: s})
 	})
 	task.Calls = calls
@@ -845,7 +852,7 @@ func (r *runner) act(ctx context.Context, node *Node) (step Step, by *Node, err 
 // judgements' steps.
 func (r *runner) calls(ctx context.Context, node *Node, task *Task, steps []Step, out func(Event), record func(Step) (Step, error)) *Calls {
 	g := r.t.Def.Graph.Nodes
-	c := &Calls{node: node, task: task, flowID: r.t.FlowID, ctx: ctx, out: out, record: record, sync: r.sink.Sync, obs: r.x.Observe,
+	c := &Calls{node: node, task: task, flowID: r.t.FlowID, ctx: ctx, out: out, record: record, sync: r.sink.Sync, obs: r.x.Observe, stack: r.t.Options.Stack,
 		act: func(ctx context.Context, t *Task) (Reply, error) { return r.x.Agent.Act(ctx, t, func(Event) {}) }}
 	if node.Type != InnerAgent {
 		return c
@@ -902,6 +909,7 @@ func (r *runner) stepOf(node *Node, task *Task, reply Reply, err error) (Step, e
 	}
 	if node.Type == Superego {
 		s.Constitution = node.Constitution
+		s.Stack, s.Basis = stackEntries(task.Stack), basisOf(reply.Basis, task.Stack)
 	} else {
 		s.SystemPrompt = node.SystemPrompt
 	}
@@ -1011,6 +1019,7 @@ func (r *runner) task(steps []Step, held map[string]bool, node *Node) *Task {
 		UserMessage: r.t.Input,
 		Input:       r.t.Input,
 		Decisions:   node.Decisions(),
+		Stack:       stackFor(node, r.t.Options.Stack),
 	}
 	for _, s := range steps[:r.turn] {
 		if s.Withheld != "" {

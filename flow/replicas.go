@@ -99,6 +99,9 @@ func (e *Engine) dispatch(ctx context.Context, req Request, review *Review, watc
 		}
 	}
 	turn.InstanceID, turn.RunID, turn.Steps, turn.Input, turn.Prior, turn.Options.Review = d.InstanceID, NewID(), st.Steps, req.Input, req.Prior, review
+	if review != nil {
+		turn.Options.Stack = st.Options.Stack // a person's answer goes on with the turn it answers, under its stack
+	}
 	d.Opening = e.Exec.Opening(turn)
 	now := time.Now().UTC()
 	for i := range d.Opening {

@@ -1,0 +1,184 @@
+package flow
+
+import (
+	"fmt"
+	"maps"
+	"regexp"
+	"slices"
+	"strings"
+)
+
+// Constitution stacks (SPEC §10): a superego's own constitution is the
+// floor, binding; a run may put the user's constitutions on top of it,
+// each with an adherence level. Only names of the constitution library
+// are ever put into a stack, never text from a request: the texts are the
+// library's, resolved where a stack is made and recorded with the run's
+// options, so that a run resumed after a crash judges under the stack it
+// started with.
+
+// Layer is one user constitution of a run's stack: a library name, its
+// adherence level and the library's text.
+type Layer struct {
+	Name      string `json:"name"`
+	Adherence int    `json:"adherence"`
+	Text      string `json:"text"`
+}
+
+// StackEntry names a layer of the stack a step was judged under; the
+// floor, first, is named Floor and has no level: it binds.
+type StackEntry struct {
+	Name      string `json:"name"`
+	Adherence int    `json:"adherence,omitempty"`
+}
+
+// Pick is a user constitution as a request or an experiment names it:
+// Adherence nil is DefaultAdherence.
+type Pick struct {
+	Name      string `json:"name"`
+	Adherence *int   `json:"adherence,omitempty"`
+}
+
+// Floor names the node's own constitution in a stack and in a basis;
+// BasisOther is a basis that names nothing of the stack.
+const (
+	Floor      = "floor"
+	BasisOther = "other"
+)
+
+// Adherence levels: 1, mention it and never block for it, to 5, block
+// whatever may break it.
+const (
+	MinAdherence     = 1
+	MaxAdherence     = 5
+	DefaultAdherence = 3
+)
+
+// StackOff, as a superego node's "stack", keeps it on its own
+// constitution whatever a run brings.
+const StackOff = "off"
+
+// constitutionNameRe is a name a stack may hold: no path, no dot, no text.
+var constitutionNameRe = regexp.MustCompile(`^[a-z0-9_-]{1,64}$`)
+
+// ValidConstitutionName reports whether name may name a library
+// constitution in a stack.
+func ValidConstitutionName(name string) bool { return constitutionNameRe.MatchString(name) }
+
+// Library is the constitutions a stack may name: name → text, read from
+// the constitutions directory.
+type Library map[string]string
+
+// Names are the library's names that a stack may hold, sorted.
+func (l Library) Names() []string {
+	var out []string
+	for _, n := range slices.Sorted(maps.Keys(l)) {
+		if ValidConstitutionName(n) {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+// Resolve checks picks against the library and makes them layers: each
+// name well formed and in the library, each level within 1–5, no name
+// twice. Problems' paths are "[i].name" and "[i].adherence".
+func (l Library) Resolve(picks []Pick) ([]Layer, []Problem) {
+	var out []Layer
+	var problems []Problem
+	seen := map[string]int{}
+	for i, p := range picks {
+		at := fmt.Sprintf("[%d]", i)
+		level := DefaultAdherence
+		if p.Adherence != nil {
+			level = *p.Adherence
+		}
+		if level < MinAdherence || level > MaxAdherence {
+			problems = append(problems, Problem{at + ".adherence", fmt.Sprintf("must be %d to %d, not %d", MinAdherence, MaxAdherence, level)})
+		}
+		text, known := l[p.Name]
+		switch j, twice := seen[p.Name]; {
+		case !ValidConstitutionName(p.Name):
+			problems = append(problems, Problem{at + ".name", `must be the name of a library constitution: 1 to 64 of a-z, 0-9, "_" and "-"`})
+		case !known:
+			problems = append(problems, Problem{at + ".name", fmt.Sprintf("unknown constitution %q (GET /constitutions lists them: %s)", p.Name, strings.Join(l.Names(), ", "))})
+		case twice:
+			problems = append(problems, Problem{at + ".name", fmt.Sprintf("%q is listed at [%d] already", p.Name, j)})
+		default:
+			seen[p.Name] = i
+			out = append(out, Layer{Name: p.Name, Adherence: level, Text: text})
+		}
+	}
+	return out, problems
+}
+
+// Onto puts top on base: a name base holds keeps its place, at the higher
+// of the two levels; the others follow base in top's order. lowered is the
+// index in top of the first layer that asks for a lower level than base
+// holds, -1 for none: a stack a key brings may be added to and raised,
+// never lowered, and the caller says whether that is an error.
+func Onto(base, top []Layer) (out []Layer, lowered int) {
+	lowered = -1
+	if len(top) == 0 {
+		return base, lowered
+	}
+	out = slices.Clone(base)
+	for i, t := range top {
+		j := slices.IndexFunc(out, func(l Layer) bool { return l.Name == t.Name })
+		switch {
+		case j < 0:
+			out = append(out, t)
+		case t.Adherence > out[j].Adherence:
+			out[j].Adherence = t.Adherence
+		case t.Adherence < out[j].Adherence && lowered < 0:
+			lowered = i
+		}
+	}
+	return out, lowered
+}
+
+// TakesStack reports whether a run's stack reaches the node: a superego
+// whose "stack" is not "off". An inner agent's messages never hold a
+// constitution.
+func (n *Node) TakesStack() bool { return n.Type == Superego && n.Stack != StackOff }
+
+// stackFor is the stack node judges under in a run with stack.
+func stackFor(node *Node, stack []Layer) []Layer {
+	if len(stack) == 0 || !node.TakesStack() {
+		return nil
+	}
+	return stack
+}
+
+// stackEntries is what a step records of the stack it was judged under:
+// the floor, then each layer's name and level.
+func stackEntries(stack []Layer) []StackEntry {
+	if len(stack) == 0 {
+		return nil
+	}
+	out := make([]StackEntry, 0, len(stack)+1)
+	out = append(out, StackEntry{Name: Floor})
+	for _, l := range stack {
+		out = append(out, StackEntry{Name: l.Name, Adherence: l.Adherence})
+	}
+	return out
+}
+
+// basisOf is a judge's basis as a step records it: Floor or a name of the
+// stack, anything else BasisOther; "" where the judge gave none, or judged
+// under no stack. A model may say anything here, and a metric's label
+// takes only these.
+func basisOf(said string, stack []Layer) string {
+	said = strings.ToLower(strings.TrimSpace(said))
+	if said == "" || len(stack) == 0 {
+		return ""
+	}
+	if said == Floor {
+		return Floor
+	}
+	for _, l := range stack {
+		if l.Name == said {
+			return l.Name
+		}
+	}
+	return BasisOther
+}
