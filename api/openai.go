@@ -160,12 +160,13 @@ func (s *Server) listModels(w http.ResponseWriter, r *http.Request) error {
 
 // chatRequest is a chat completions request as the flow takes it.
 type chatRequest struct {
-	model        string
-	prior        []flow.Step // the conversation before input: user and assistant messages
-	input        string      // the last message, the user's
-	stream       bool
-	includeUsage bool
-	ignored      []string // parameters accepted and ignored, named in a header
+	model         string
+	prior         []flow.Step // the conversation before input: user and assistant messages
+	input         string      // the last message, the user's
+	stream        bool
+	includeUsage  bool
+	ignored       []string    // parameters accepted and ignored, named in a header
+	constitutions []flow.Pick // the user's constitutions (SPEC §10, stack.go)
 }
 
 // param is what becomes of one parameter of OpenAI's chat completions
@@ -189,6 +190,7 @@ var chatParams = map[string]param{
 	"stream":         {read: readStream},
 	"stream_options": {read: readStreamOptions},
 	"n":              {read: readN},
+	"constitutions":  {read: readConstitutions}, // not OpenAI's: a stack of constitutions (SPEC §10)
 
 	"tools":              {refused: "a flow's nodes call their own tools, and its answer is text, never a tool call"},
 	"functions":          {refused: "a flow's nodes call their own tools, and its answer is text, never a function call"},
@@ -516,7 +518,11 @@ func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request) error {
 		return &openAIError{Status: http.StatusNotFound, Param: "model", Code: "model_not_found",
 			Message: fmt.Sprintf("The model `%s` does not exist: a model is a flow of this server, and GET /v1/models lists them.", req.model)}
 	}
-	sub, err := s.Engine.Start(r.Context(), flow.Request{FlowID: req.model, Prior: req.prior, Input: req.input})
+	stack, err := s.stackFor(r, req.constitutions)
+	if err != nil {
+		return openAIStackError(err)
+	}
+	sub, err := s.Engine.Start(r.Context(), flow.Request{FlowID: req.model, Prior: req.prior, Input: req.input, Options: flow.RunOptions{Stack: stack}})
 	if err != nil {
 		return err
 	}

@@ -24,6 +24,7 @@ type config struct {
 	Model         string
 	AdminToken    string
 	APIKeys       []string // SUPEREGO_API_KEYS: the bearer tokens /v1/* accepts; none: /v1/* is open
+	KeysFile      string   // SUPEREGO_API_KEYS_FILE: keys with their users' stacks (SPEC §10), accepted on /v1/* too
 	SearchURL     string
 	Workspaces    string
 	Rules         string
@@ -95,6 +96,7 @@ func parseConfig(cmd string, args []string, getenv func(string) string, stderr i
 		AnthropicBaseURL: getenv("ANTHROPIC_BASE_URL"),
 		OllamaHost:       getenv("OLLAMA_HOST"),
 		AdminToken:       getenv("SUPEREGO_ADMIN_TOKEN"),
+		KeysFile:         getenv("SUPEREGO_API_KEYS_FILE"),
 		TraceContent:     getenv("SUPEREGO_TRACE_CONTENT") == "1",
 		getenv:           getenv,
 	}

@@ -11,16 +11,19 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net"
 	"net/http"
 	"net/url"
 	"os"
 	"os/signal"
+	"slices"
 	"sort"
 	"strings"
 	"syscall"
@@ -131,12 +134,35 @@ func openStore(cfg config) (flow.Store, func() error, error) {
 	return s, s.Close, nil
 }
 
+// readUsers reads SUPEREGO_API_KEYS_FILE, where it is set: each key's
+// user and stack, whose names lib must hold. A file set but unreadable, or
+// with no key, stops the server: better than serving without the stacks
+// its users rely on.
+func readUsers(path string, lib flow.Library) (map[string]api.User, error) {
+	if path == "" {
+		return nil, nil
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("SUPEREGO_API_KEYS_FILE: %w", err)
+	}
+	users, err := api.ReadUsers(bytes.NewReader(b), lib)
+	if err == nil && len(users) == 0 {
+		err = errors.New("it has no key")
+	}
+	if err != nil {
+		return nil, fmt.Errorf("SUPEREGO_API_KEYS_FILE %s: %w", path, err)
+	}
+	return users, nil
+}
+
 // wiring is the program's parts, built from the configuration.
 type wiring struct {
 	engine    *flow.Engine
 	refused   []flow.Refused
 	providers *agents.Providers
 	lab       *experiment.Lab
+	library   flow.Library // the constitutions a request's stack may name
 	mcp       *tools.MCP
 	// close stops the MCP servers and releases the store, once the
 	// engine is done with them.
@@ -206,7 +232,7 @@ func wire(cfg config, log *slog.Logger) (*wiring, error) {
 	engine := &flow.Engine{Flows: flows, Exec: &flow.Executor{Agent: agent, Context: append(rules, references...)}, Store: store, MaxRuns: cfg.MaxRuns, Log: log}
 	lab := &experiment.Lab{Engine: engine, Store: experiments, Log: log, RateLimited: backoff.Waits,
 		Env: experiment.Env{Flows: flows, Constitutions: texts, Providers: agents.ProviderNames, Dir: cfg.Experiments, Confined: true}}
-	return &wiring{engine: engine, refused: refused, providers: providers, lab: lab, mcp: servers,
+	return &wiring{engine: engine, refused: refused, providers: providers, lab: lab, library: texts, mcp: servers,
 		close: func() { servers.Close(); closeStore() }}, nil
 }
 
@@ -229,6 +255,11 @@ func serve(ctx context.Context, cfg config, stdout, stderr io.Writer, ready chan
 	}
 	defer w.close()
 	engine, refused := w.engine, w.refused
+	users, err := readUsers(cfg.KeysFile, w.library)
+	if err != nil {
+		return err
+	}
+	apiKeys := slices.Concat(cfg.APIKeys, slices.Collect(maps.Keys(users)))
 	if err := ops.observe(engine); err != nil {
 		return err
 	}
@@ -263,7 +294,7 @@ func serve(ctx context.Context, cfg config, stdout, stderr io.Writer, ready chan
 	model, _ := w.providers.Model("")
 	srv := &http.Server{
 		Handler: (&api.Server{Engine: engine, Experiments: w.lab, Workspaces: &tools.Workspaces{Root: cfg.Workspaces}, Refused: refused, Model: healthModel(model.Name),
-			MCP: w.mcp, AdminToken: cfg.AdminToken, APIKeys: cfg.APIKeys, Log: log, WriteTimeout: cfg.WriteTimeout, MaxStreams: cfg.MaxStreams,
+			MCP: w.mcp, AdminToken: cfg.AdminToken, APIKeys: apiKeys, Library: w.library, Users: users, Log: log, WriteTimeout: cfg.WriteTimeout, MaxStreams: cfg.MaxStreams,
 			Metrics: ops.metrics, Streams: ops.tel.StreamSubscribers()}).Handler(),
 		ReadHeaderTimeout: 10 * time.Second,
 		// Bounds a request's body; handlers lift it once they have read it,
