@@ -10,7 +10,6 @@ import (
 	"maps"
 	"net/http"
 	"slices"
-	"strconv"
 	"strings"
 	"unicode/utf8"
 
@@ -136,22 +135,13 @@ func (s *Server) knownKey(token string) bool {
 // picksOf reads GET /flow/execute's constitutions: "NAME[:LEVEL],…", as a
 // web page's EventSource can send them.
 func picksOf(q string) ([]flow.Pick, error) {
-	if q == "" {
-		return nil, nil
-	}
-	var picks []flow.Pick
-	for i, part := range strings.Split(q, ",") {
-		name, level, hasLevel := strings.Cut(strings.TrimSpace(part), ":")
-		p := flow.Pick{Name: name}
-		if hasLevel {
-			n, err := strconv.Atoi(level)
-			if err != nil {
-				return nil, &Error{Status: http.StatusBadRequest, Code: "invalid_request", Message: "invalid request",
-					Fields: []FieldError{{fmt.Sprintf("constitutions[%d].adherence", i), "must be a whole number from 1 to 5, as in vegan:4"}}}
-			}
-			p.Adherence = &n
+	picks, problems := flow.ParsePicks(q)
+	if len(problems) > 0 {
+		e := &Error{Status: http.StatusBadRequest, Code: "invalid_request", Message: "invalid request"}
+		for _, p := range problems {
+			e.Fields = append(e.Fields, FieldError{"constitutions" + p.Path, p.Message})
 		}
-		picks = append(picks, p)
+		return nil, e
 	}
 	return picks, nil
 }

@@ -12,6 +12,8 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+
+	"superego/flow"
 )
 
 // maxDatasetLine bounds one line of a JSONL dataset.
@@ -109,10 +111,11 @@ func readJSONL(r io.Reader) ([]Sample, error) {
 			continue
 		}
 		var row struct {
-			ID       json.RawMessage `json:"id"`
-			Input    *string         `json:"input"`
-			Label    *string         `json:"label"`
-			Category string          `json:"category"`
+			ID            json.RawMessage `json:"id"`
+			Input         *string         `json:"input"`
+			Label         *string         `json:"label"`
+			Category      string          `json:"category"`
+			Constitutions []flow.Pick     `json:"constitutions"` // the sample's user's (SPEC §10)
 		}
 		if err := json.Unmarshal(b, &row); err != nil {
 			return nil, lineError(line, "not a JSON object: %s", strings.TrimPrefix(err.Error(), "json: "))
@@ -129,7 +132,7 @@ func readJSONL(r io.Reader) ([]Sample, error) {
 		if msg := checkLabel(*row.Label); msg != "" {
 			return nil, lineError(line, "%s", msg)
 		}
-		out = append(out, Sample{ID: id, Input: *row.Input, Label: *row.Label, Category: row.Category})
+		out = append(out, Sample{ID: id, Input: *row.Input, Label: *row.Label, Category: row.Category, Constitutions: row.Constitutions})
 	}
 	if err := sc.Err(); err != nil {
 		if errors.Is(err, bufio.ErrTooLong) {

@@ -57,6 +57,9 @@ type Sample struct {
 	Input    string `json:"input"`
 	Label    string `json:"label"`
 	Category string `json:"category,omitempty"`
+	// Constitutions are the sample's user's own (SPEC §10), put on top of
+	// every condition's stack; a name the stack has keeps the higher level.
+	Constitutions []flow.Pick `json:"constitutions,omitempty"`
 }
 
 // Labels of samples.
@@ -73,6 +76,9 @@ type Condition struct {
 	Constitutions map[string]string `json:"constitutions,omitempty"` // node → constitution name
 	Models        map[string]string `json:"models,omitempty"`        // node → "provider:model"
 	Model         string            `json:"model,omitempty"`         // every other node's model
+	// Stack is the user constitutions the condition's superegos judge
+	// under, on top of their own (SPEC §10).
+	Stack []flow.Pick `json:"stack,omitempty"`
 	// Replay, set by Lab.Replay and never in a file, makes the condition a
 	// counterfactual of another: its outcomes re-judge that condition's
 	// recorded runs.
@@ -122,6 +128,9 @@ type Plan struct {
 	Repeats      int           `json:"repeats"`
 	Concurrency  int           `json:"concurrency"`
 	RefusalJudge *RefusalJudge `json:"refusal_judge,omitempty"`
+	// Library is the texts of the constitutions its stacks name, as they
+	// were when it was planned: a resumed experiment judges under them.
+	Library flow.Library `json:"library,omitempty"`
 }
 
 // Planned is a condition with what it changes as the engine takes it.
@@ -194,12 +203,20 @@ func (d *Document) Check(env Env) (*Plan, error) {
 			if msg := s.check(); msg != "" {
 				add(fmt.Sprintf("samples[%d]", i), "%s", msg)
 			}
+			for _, pr := range p.use(env, s.Constitutions) {
+				add(fmt.Sprintf("samples[%d].constitutions%s", i, pr.Path), "%s", pr.Message)
+			}
 		}
 		p.Samples = d.Samples
 	default:
 		samples, err := readDatasets(d.Dataset, d.Label, env)
 		if err != nil {
 			add("dataset", "%s", err)
+		}
+		for _, s := range samples {
+			for _, pr := range p.use(env, s.Constitutions) {
+				add("dataset", "sample %q: constitutions%s: %s", s.ID, pr.Path, pr.Message)
+			}
 		}
 		p.Samples = samples
 	}
@@ -216,6 +233,7 @@ func (d *Document) Check(env Env) (*Plan, error) {
 	for i, c := range d.Conditions {
 		at := fmt.Sprintf("conditions[%d]", i)
 		planned, errs := c.plan(env)
+		errs = append(errs, prefixed("stack", p.use(env, c.Stack))...)
 		for _, e := range errs {
 			problems = append(problems, flow.Problem{Path: at + joinPath(e.Path), Message: e.Message})
 		}
@@ -319,10 +337,42 @@ func (c Condition) plan(env Env) (Planned, []flow.Problem) {
 			add("model", "%s", msg)
 		}
 	}
+	if len(c.Stack) > 0 && !slices.ContainsFunc(slices.Collect(maps.Values(f.Def.Graph.Nodes)), (*flow.Node).TakesStack) {
+		add("stack", "flow %q has no superego that takes a stack", c.Flow)
+	}
 	if v.Model != "" || len(v.Models) > 0 || len(v.Constitutions) > 0 {
 		out.Variant = v
 	}
 	return out, problems
+}
+
+// use checks picks against the library and keeps the texts of those it
+// names in the plan's own; problems' paths are relative to the picks.
+func (p *Plan) use(env Env, picks []flow.Pick) []flow.Problem {
+	layers, problems := flow.Library(env.Constitutions).Resolve(picks)
+	for _, l := range layers {
+		if p.Library == nil {
+			p.Library = flow.Library{}
+		}
+		p.Library[l.Name] = l.Text
+	}
+	return problems
+}
+
+func prefixed(path string, problems []flow.Problem) []flow.Problem {
+	for i := range problems {
+		problems[i].Path = path + problems[i].Path
+	}
+	return problems
+}
+
+// stack is the stack sample s runs under in condition c: the condition's,
+// then the sample's own; a name both hold keeps the higher level.
+func (p *Plan) stack(c Planned, s Sample) []flow.Layer {
+	base, _ := p.Library.Resolve(c.Stack)
+	top, _ := p.Library.Resolve(s.Constitutions)
+	out, _ := flow.Onto(base, top)
+	return out
 }
 
 func superegos(f *flow.Flow) []string {

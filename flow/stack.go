@@ -5,6 +5,7 @@ import (
 	"maps"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 )
 
@@ -109,6 +110,31 @@ func (l Library) Resolve(picks []Pick) ([]Layer, []Problem) {
 		}
 	}
 	return out, problems
+}
+
+// ParsePicks reads a stack written as NAME[:LEVEL] separated by commas
+// (vegan:4,child_safe), as a query string or a command line gives one; ""
+// is none. A level that is no number is a problem at "[i].adherence"; the
+// names are Resolve's to check.
+func ParsePicks(s string) ([]Pick, []Problem) {
+	if strings.TrimSpace(s) == "" {
+		return []Pick{}, nil
+	}
+	var picks []Pick
+	var problems []Problem
+	for i, part := range strings.Split(s, ",") {
+		name, level, hasLevel := strings.Cut(strings.TrimSpace(part), ":")
+		p := Pick{Name: name}
+		if hasLevel {
+			n, err := strconv.Atoi(level)
+			if err != nil {
+				problems = append(problems, Problem{fmt.Sprintf("[%d].adherence", i), "must be a whole number from 1 to 5, as in vegan:4"})
+			}
+			p.Adherence = &n
+		}
+		picks = append(picks, p)
+	}
+	return picks, problems
 }
 
 // Onto puts top on base: a name base holds keeps its place, at the higher

@@ -75,6 +75,7 @@ type config struct {
 	NoLive            bool
 	NodeConstitutions []string // replay: NODE=NAME
 	NodeModels        []string // replay: NODE=MODEL
+	Stack             *string  // replay: NAME[:LEVEL],…, the stack to ask again under
 }
 
 var errHelp = errors.New("help requested")
@@ -155,6 +156,10 @@ func parseConfig(cmd string, args []string, getenv func(string) string, stderr i
 		fs.BoolVar(&c.NoLive, "no-live", false, `replay: a run whose path leaves the record ends "diverged" instead of running the rest live`)
 		fs.Func("constitution", "replay: NODE=NAME, another constitution for a superego (repeatable)", func(v string) error {
 			c.NodeConstitutions = append(c.NodeConstitutions, v)
+			return nil
+		})
+		fs.Func("stack", `replay: the user constitutions the superegos are asked again under, NAME[:LEVEL] separated by commas, such as vegan:4,child_safe ("" for none)`, func(v string) error {
+			c.Stack = &v
 			return nil
 		})
 	case "run":

@@ -105,3 +105,40 @@ func TestKeysFile(t *testing.T) {
 		t.Fatal("serve did not return after shutdown")
 	}
 }
+
+// The shipped stacks experiment runs the refusal sample under two stacks
+// on the offline model, and replays the first under a third from the
+// command line: only the superegos are asked again, every assistant step
+// reused, and the report counts decisions by basis, as the README shows.
+func TestStacksExperimentOffline(t *testing.T) {
+	dir := t.TempDir()
+	getenv := env("SUPEREGO_FLOWS", "../../flows", "SUPEREGO_CONSTITUTIONS", "../../constitutions", "SUPEREGO_DB", filepath.Join(dir, "s.db"))
+	code, out, errs := runCmd(t, getenv, "experiment", "run", "../../experiments/refusal_sample_stacks.json", "--out", filepath.Join(dir, "out"))
+	if code != 0 {
+		t.Fatalf("run: %d\n%s\n%s", code, out, errs)
+	}
+	id, _, _ := strings.Cut(strings.TrimPrefix(out, "experiment "), "\n")
+	code, out, errs = runCmd(t, getenv, "experiment", "replay", id, "--from", "vegan", "--as", "compliance", "--stack", "no_financial_advice:4,medical_caution:2", "--out", filepath.Join(dir, "replayed"))
+	if code != 0 || !strings.Contains(out, "condition compliance replays vegan, asking input_superego, output_superego again") {
+		t.Fatalf("replay: %d\n%s\n%s", code, out, errs)
+	}
+	md, _ := os.ReadFile(filepath.Join(dir, "replayed", "report.md"))
+	for _, want := range []string{
+		"| vegan | guarded_chat, stack vegan 4 | 0/32 |",
+		"| family | guarded_chat, stack child_safe 5 + medical_caution 3 | 0/32 |",
+		"| compliance | guarded_chat, stack no_financial_advice 4 + medical_caution 2, replay of vegan | 0/32 |",
+		"## Decisions by basis",
+		"| vegan | input_superego | floor | ACCEPT 64 |",
+		"| family | output_superego | floor | ACCEPT 64 |",
+		"| compliance | input_superego | floor | ACCEPT 64 |",
+		"64 steps reused by replays",
+	} {
+		if !strings.Contains(string(md), want) {
+			t.Errorf("report.md lacks %q:\n%s", want, md)
+		}
+	}
+	code, _, errs = runCmd(t, getenv, "experiment", "replay", id, "--from", "vegan", "--as", "x", "--stack", "vegan:high")
+	if code != exitUsage || !strings.Contains(errs, `--stack "vegan:high": [0].adherence: must be a whole number`) {
+		t.Errorf("a --stack that does not read: %d %s", code, errs)
+	}
+}
