@@ -1,6 +1,7 @@
 package api_test
 
 import (
+	"context"
 	"encoding/json"
 	"net/http"
 	"os"
@@ -9,6 +10,9 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
 
 	"superego/agents"
 	"superego/agents/agentstest"
@@ -335,5 +339,64 @@ func TestBasisCarriesNoModelText(t *testing.T) {
 		if !strings.Contains(out, `"basis":"other"`) {
 			t.Errorf("the %s does not record the junk basis as other:\n%s", name, out)
 		}
+	}
+}
+
+// The web page lets a user pick a stack for a chat, sent with each
+// message, and shows each step's stack and basis. SUPEREGO_CHROME names
+// the browser, as for TestPageInBrowser.
+func TestPageStackInBrowser(t *testing.T) {
+	chrome := os.Getenv("SUPEREGO_CHROME")
+	if chrome == "" {
+		t.Skip("SUPEREGO_CHROME is not set: no browser to drive (.ci/run installs chromium and sets it)")
+	}
+	f := serveStacks(t)
+	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(chrome), chromedp.NoSandbox, chromedp.WindowSize(1100, 1000))
+	alloc, cancel := chromedp.NewExecAllocator(context.Background(), opts...)
+	defer cancel()
+	ctx, cancel := chromedp.NewContext(alloc)
+	defer cancel()
+	ctx, cancel = context.WithTimeout(ctx, 60*time.Second)
+	defer cancel()
+	var steps, summary string
+	var listed int
+	var shot []byte
+	err := chromedp.Run(ctx,
+		chromedp.Navigate(f.url+"/"),
+		chromedp.WaitVisible(`body[data-ready="true"]`, chromedp.ByQuery),
+		chromedp.Evaluate(`document.querySelectorAll("#stack-list li").length`, &listed),
+		chromedp.SetValue(`#flow`, "calc", chromedp.ByID),
+		chromedp.Click(`#stack summary`, chromedp.ByQuery),
+		chromedp.Click(`#stack-vegan`, chromedp.ByID),
+		chromedp.SetValue(`#level-vegan`, "4", chromedp.ByID),
+		chromedp.Evaluate(`document.querySelector("#level-vegan").dispatchEvent(new Event("change"))`, nil),
+		chromedp.Text(`#stack-summary`, &summary, chromedp.ByID),
+		chromedp.SetValue(`#message`, "What is 6*7?", chromedp.ByID),
+		chromedp.Click(`#send`, chromedp.ByID),
+		chromedp.WaitVisible(`#status[data-status="completed"]`, chromedp.ByQuery),
+		chromedp.Text(`#steps`, &steps, chromedp.ByID),
+		chromedp.FullScreenshot(&shot, 100),
+	)
+	if err != nil {
+		t.Fatal(err)
+	}
+	shotPath := filepath.Join(t.ArtifactDir(), "stacked_run.png")
+	if err := os.WriteFile(shotPath, shot, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("screenshot of the stacked run: %s", shotPath)
+	lib, _ := flow.Constitutions("../constitutions")
+	if listed != len(flow.Library(lib).Names()) || summary != "vegan:4" {
+		t.Errorf("the page lists %d constitutions (the library has %d); the stack picked reads %q", listed, len(flow.Library(lib).Names()), summary)
+	}
+	if !strings.Contains(steps, "under floor + vegan 4; rests on vegan") {
+		t.Errorf("the steps do not show the stack and basis:\n%s", steps)
+	}
+	var judged bool
+	for _, req := range f.model.Requests() {
+		judged = judged || req.Node() == "input_superego" && strings.Contains(req.System, `<user_constitution name="vegan" adherence="4">`)
+	}
+	if !judged {
+		t.Error("the input superego was not judged under the stack the page picked")
 	}
 }
