@@ -51,7 +51,8 @@ func stackScript(r agentstest.Request) agentstest.Answer {
 func TestAStackedJudgesSystemMessage(t *testing.T) {
 	openai := agentstest.OpenAI(t, stackScript)
 	anthropic := agentstest.Anthropic(t, stackScript)
-	stack := []flow.Layer{{Name: "vegan", Adherence: 4, Text: "# Vegan\nVEGAN-TEXT"}, {Name: "child_safe", Adherence: 1, Text: "CHILD-TEXT"}}
+	lib := flow.Library{"vegan": "# Vegan\nVEGAN-TEXT", "child_safe": "CHILD-TEXT"}
+	stack := []flow.StackEntry{{Name: "vegan", Adherence: 4}, {Name: "child_safe", Adherence: 1}}
 	for _, c := range []struct {
 		name   string
 		server *agentstest.Server
@@ -62,7 +63,7 @@ func TestAStackedJudgesSystemMessage(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			agent := &agents.Agent{Model: c.p.Model, Tools: tools.Set{"calculator": tools.Calculator()}}
-			r := executeStacked(t, agent, stack)
+			r := executeStacked(t, agent, lib, stack)
 			if r.out.Status != flow.StatusCompleted {
 				t.Fatalf("outcome %+v", r.out)
 			}
@@ -110,40 +111,50 @@ func TestAStackedJudgesSystemMessage(t *testing.T) {
 }
 
 // The node's prompt is built once; a stack varies by run, and each run's
-// judge gets its own, never another run's.
+// judge gets its own, never another run's: not even one of the same names
+// and levels from another library, whose texts differ.
 func TestPromptCacheKeepsStacksApart(t *testing.T) {
 	server := agentstest.OpenAI(t, stackScript)
 	p := &agents.Providers{Default: "openai:gpt-test", OpenAIKey: "k", OpenAIBaseURL: server.URL + "/v1"}
 	agent := &agents.Agent{Model: p.Model, Tools: tools.Set{"calculator": tools.Calculator()}}
-	for _, stack := range [][]flow.Layer{
-		{{Name: "vegan", Adherence: 4, Text: "VEGAN-TEXT"}},
-		{{Name: "child_safe", Adherence: 5, Text: "CHILD-TEXT"}},
-		nil,
+	for _, c := range []struct {
+		stack []flow.StackEntry
+		text  string // the library's text of its one constitution
+	}{
+		{[]flow.StackEntry{{Name: "vegan", Adherence: 4}}, "VEGAN-TEXT"},
+		{[]flow.StackEntry{{Name: "child_safe", Adherence: 5}}, "CHILD-TEXT"},
+		{[]flow.StackEntry{{Name: "vegan", Adherence: 4}}, "VEGAN-TEXT"},
+		{[]flow.StackEntry{{Name: "vegan", Adherence: 4}}, "VEGAN-TXT2"},
+		{nil, ""},
 	} {
 		before := len(server.Requests())
-		executeStacked(t, agent, stack)
+		lib := flow.Library{}
+		if c.stack != nil {
+			lib[c.stack[0].Name] = c.text
+		}
+		executeStacked(t, agent, lib, c.stack)
 		for _, req := range server.Requests()[before:] {
 			if req.Node() != "in" {
 				continue
 			}
 			switch {
-			case stack == nil && strings.Contains(req.System, "user_constitution"):
+			case c.stack == nil && strings.Contains(req.System, "user_constitution"):
 				t.Errorf("a run with no stack was judged under an earlier run's:\n%s", req.System)
-			case stack != nil && (!strings.Contains(req.System, stack[0].Text) || strings.Count(req.System, "<user_constitution") != 1):
-				t.Errorf("a run under %s was judged under:\n%s", stack[0].Name, req.System)
+			case c.stack != nil && (!strings.Contains(req.System, c.text) || strings.Count(req.System, "<user_constitution") != 1):
+				t.Errorf("a run under %s was judged under:\n%s", c.text, req.System)
 			}
 		}
 	}
 }
 
-func executeStacked(t *testing.T, agent *agents.Agent, stack []flow.Layer) run {
+func executeStacked(t *testing.T, agent *agents.Agent, lib flow.Library, stack []flow.StackEntry) run {
 	t.Helper()
 	d, err := flow.Parse([]byte(stackFlow), flow.Catalog{Tools: agent.Tools.Names(), Providers: agents.ProviderNames})
 	if err != nil {
 		t.Fatal(err)
 	}
 	var r run
-	r.out = (&flow.Executor{Agent: agent}).Run(context.Background(),
+	r.out = (&flow.Executor{Agent: agent, Library: lib}).Run(context.Background(),
 		flow.Turn{FlowID: "s", Def: d, InstanceID: "i", RunID: "r", Input: userInput, Options: flow.RunOptions{Stack: stack}},
 		flow.Sink{Emit: func(evs ...flow.Event) error { r.events = append(r.events, evs...); return nil }})
 	return r
@@ -156,10 +167,10 @@ func TestOfflineJudgesNameTheFloor(t *testing.T) {
 	p := &agents.Providers{Default: "offline"}
 	agent := &agents.Agent{Model: p.Model, Tools: tools.Set{"calculator": tools.Calculator()}}
 	for _, c := range []struct {
-		stack []flow.Layer
+		stack []flow.StackEntry
 		want  string
-	}{{[]flow.Layer{{Name: "vegan", Adherence: 3, Text: "VEGAN-TEXT"}}, "floor"}, {nil, ""}} {
-		r := executeStacked(t, agent, c.stack)
+	}{{[]flow.StackEntry{{Name: "vegan", Adherence: 3}}, "floor"}, {nil, ""}} {
+		r := executeStacked(t, agent, flow.Library{"vegan": "VEGAN-TEXT"}, c.stack)
 		if r.out.Status != flow.StatusCompleted {
 			t.Fatalf("outcome %+v", r.out)
 		}

@@ -26,7 +26,7 @@ import (
 // brings, which a request may add to and raise, never lower.
 type User struct {
 	Name  string
-	Stack []flow.Layer
+	Stack []flow.StackEntry
 }
 
 // ReadUsers reads a keys file: {"KEY": {"user": "…", "constitutions":
@@ -71,8 +71,8 @@ func ReadUsers(r io.Reader, lib flow.Library) (map[string]User, error) {
 // mistyped key must not quietly drop a user's stack. A pick that is not
 // a library name, or whose level is out of range or below the key's, is a
 // 400 at its field.
-func (s *Server) stackFor(r *http.Request, picks []flow.Pick) ([]flow.Layer, error) {
-	var base []flow.Layer
+func (s *Server) stackFor(r *http.Request, picks []flow.Pick) ([]flow.StackEntry, error) {
+	var base []flow.StackEntry
 	if len(s.Users) > 0 {
 		if token, ok := bearer(r); ok {
 			u, known := s.user(token)
@@ -83,7 +83,7 @@ func (s *Server) stackFor(r *http.Request, picks []flow.Pick) ([]flow.Layer, err
 			base = u.Stack
 		}
 	}
-	layers, problems := s.Library.Resolve(picks)
+	layers, problems := s.Engine.Exec.Library.Resolve(picks)
 	e := &Error{Status: http.StatusBadRequest, Code: "invalid_request", Message: "invalid request"}
 	for _, p := range problems {
 		e.Fields = append(e.Fields, FieldError{"constitutions" + p.Path, p.Message})
@@ -93,7 +93,7 @@ func (s *Server) stackFor(r *http.Request, picks []flow.Pick) ([]flow.Layer, err
 	}
 	stack, lowered := flow.Onto(base, layers)
 	if lowered >= 0 {
-		i := slices.IndexFunc(base, func(l flow.Layer) bool { return l.Name == layers[lowered].Name })
+		i := slices.IndexFunc(base, func(l flow.StackEntry) bool { return l.Name == layers[lowered].Name })
 		e.Fields = []FieldError{{fmt.Sprintf("constitutions[%d].adherence", lowered),
 			fmt.Sprintf("your API key's stack holds %q at %d: a request may raise its level, never lower it", base[i].Name, base[i].Adherence)}}
 		return nil, e
@@ -183,8 +183,9 @@ type constitutionInfo struct {
 // names come from.
 func (s *Server) listConstitutions(w http.ResponseWriter, r *http.Request) error {
 	out := []constitutionInfo{}
-	for _, name := range s.Library.Names() {
-		text := s.Library[name]
+	lib := s.Engine.Exec.Library
+	for _, name := range lib.Names() {
+		text := lib[name]
 		out = append(out, constitutionInfo{name, description(text), utf8.RuneCountInString(text)})
 	}
 	writeJSON(w, http.StatusOK, out)
@@ -198,7 +199,7 @@ func (s *Server) getConstitution(w http.ResponseWriter, r *http.Request) error {
 		return &Error{Status: http.StatusBadRequest, Code: "invalid_request", Message: "invalid request",
 			Fields: []FieldError{{"name", `must be 1 to 64 of a-z, 0-9, "_" and "-"`}}}
 	}
-	text, ok := s.Library[name]
+	text, ok := s.Engine.Exec.Library[name]
 	if !ok {
 		return fmt.Errorf("constitution %q (GET /constitutions lists them): %w", name, flow.ErrNotFound)
 	}

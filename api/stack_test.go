@@ -63,7 +63,7 @@ func serveStacks(t *testing.T) *fixture {
 		t.Fatal(err)
 	}
 	f := serveWith(t, testFlows, &flow.MemStore{}, p.Model, 0, func(s *api.Server) {
-		s.Library, s.Users, s.APIKeys = lib, users, []string{aliceKey, apiKey}
+		s.Engine.Exec.Library, s.Users, s.APIKeys = lib, users, []string{aliceKey, apiKey}
 	})
 	f.model = model
 	return f
@@ -270,7 +270,7 @@ func TestTheLibraryIsTheConstitutionsDirectory(t *testing.T) {
 	}
 	model := agentstest.OpenAI(t, stackScript)
 	p := &agents.Providers{Default: "openai:gpt-test", OpenAIKey: "k", OpenAIBaseURL: model.URL + "/v1"}
-	f := serveWith(t, testFlows, &flow.MemStore{}, p.Model, 0, func(s *api.Server) { s.Library = lib })
+	f := serveWith(t, testFlows, &flow.MemStore{}, p.Model, 0, func(s *api.Server) { s.Engine.Exec.Library = lib })
 
 	resp := f.do(t, "GET", "/constitutions", "")
 	if b := body(t, resp); resp.StatusCode != 200 || b != `[{"name":"house_rules","description":"House rules: no spoilers","chars":59},{"name":"plain","description":"Be kind.","chars":17}]`+"\n" {

@@ -128,9 +128,6 @@ type Plan struct {
 	Repeats      int           `json:"repeats"`
 	Concurrency  int           `json:"concurrency"`
 	RefusalJudge *RefusalJudge `json:"refusal_judge,omitempty"`
-	// Library is the texts of the constitutions its stacks name, as they
-	// were when it was planned: a resumed experiment judges under them.
-	Library flow.Library `json:"library,omitempty"`
 }
 
 // Planned is a condition with what it changes as the engine takes it.
@@ -203,7 +200,7 @@ func (d *Document) Check(env Env) (*Plan, error) {
 			if msg := s.check(); msg != "" {
 				add(fmt.Sprintf("samples[%d]", i), "%s", msg)
 			}
-			for _, pr := range p.use(env, s.Constitutions) {
+			for _, pr := range checkStack(env, s.Constitutions) {
 				add(fmt.Sprintf("samples[%d].constitutions%s", i, pr.Path), "%s", pr.Message)
 			}
 		}
@@ -214,7 +211,7 @@ func (d *Document) Check(env Env) (*Plan, error) {
 			add("dataset", "%s", err)
 		}
 		for _, s := range samples {
-			for _, pr := range p.use(env, s.Constitutions) {
+			for _, pr := range checkStack(env, s.Constitutions) {
 				add("dataset", "sample %q: constitutions%s: %s", s.ID, pr.Path, pr.Message)
 			}
 		}
@@ -233,7 +230,7 @@ func (d *Document) Check(env Env) (*Plan, error) {
 	for i, c := range d.Conditions {
 		at := fmt.Sprintf("conditions[%d]", i)
 		planned, errs := c.plan(env)
-		errs = append(errs, prefixed("stack", p.use(env, c.Stack))...)
+		errs = append(errs, prefixed("stack", checkStack(env, c.Stack))...)
 		for _, e := range errs {
 			problems = append(problems, flow.Problem{Path: at + joinPath(e.Path), Message: e.Message})
 		}
@@ -346,16 +343,11 @@ func (c Condition) plan(env Env) (Planned, []flow.Problem) {
 	return out, problems
 }
 
-// use checks picks against the library and keeps the texts of those it
-// names in the plan's own; problems' paths are relative to the picks.
-func (p *Plan) use(env Env, picks []flow.Pick) []flow.Problem {
-	layers, problems := flow.Library(env.Constitutions).Resolve(picks)
-	for _, l := range layers {
-		if p.Library == nil {
-			p.Library = flow.Library{}
-		}
-		p.Library[l.Name] = l.Text
-	}
+// checkStack checks picks against the library; problems' paths are
+// relative to the picks. The engine reads their texts from the same
+// library when each run starts.
+func checkStack(env Env, picks []flow.Pick) []flow.Problem {
+	_, problems := flow.Library(env.Constitutions).Resolve(picks)
 	return problems
 }
 
@@ -368,10 +360,8 @@ func prefixed(path string, problems []flow.Problem) []flow.Problem {
 
 // stack is the stack sample s runs under in condition c: the condition's,
 // then the sample's own; a name both hold keeps the higher level.
-func (p *Plan) stack(c Planned, s Sample) []flow.Layer {
-	base, _ := p.Library.Resolve(c.Stack)
-	top, _ := p.Library.Resolve(s.Constitutions)
-	out, _ := flow.Onto(base, top)
+func stack(c Planned, s Sample) []flow.StackEntry {
+	out, _ := flow.Onto(entriesOf(c.Stack), entriesOf(s.Constitutions))
 	return out
 }
 

@@ -8,8 +8,7 @@ import (
 )
 
 // A stack's problems are found before anything runs, each at its path:
-// in a condition, in an inline sample, and in a dataset's sample; a plan
-// keeps the texts of the constitutions its stacks name, and only those.
+// in a condition, in an inline sample, and in a dataset's sample.
 func TestStackProblems(t *testing.T) {
 	env := testEnv(t)
 	env.Constitutions["vegan"] = "VEGAN-TEXT"
@@ -37,8 +36,7 @@ func TestStackProblems(t *testing.T) {
 	}
 	os.WriteFile(filepath.Join(env.Dir, "set.jsonl"), []byte(`{"id": "s1", "input": "x", "label": "benign", "constitutions": [{"name": "vegan", "adherence": 5}]}`), 0o644)
 	p, err := check(t, env, `{"dataset": "set.jsonl", `+oneCondition+`}`)
-	if err != nil || len(p.Samples) != 1 || len(p.Samples[0].Constitutions) != 1 || *p.Samples[0].Constitutions[0].Adherence != 5 ||
-		p.Library["vegan"] != "VEGAN-TEXT" || len(p.Library) != 1 {
+	if err != nil || len(p.Samples) != 1 || len(p.Samples[0].Constitutions) != 1 || *p.Samples[0].Constitutions[0].Adherence != 5 {
 		t.Errorf("a dataset's sample with its own constitutions: %v %+v", err, p)
 	}
 }

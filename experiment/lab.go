@@ -258,7 +258,7 @@ type job struct {
 	retry    bool   // its outcome failed, and is run again on a new instance
 	replayOf string // for a counterfactual: the instance of the run it replays
 
-	stack []flow.Layer // the user constitutions its superegos judge under (SPEC §10)
+	stack []flow.StackEntry // the user constitutions its superegos judge under (SPEC §10)
 }
 
 // session runs the outcomes of the plan that have not finished: first
@@ -363,7 +363,7 @@ func (l *Lab) runPlan(r *run, plan *Plan, opts Options) error {
 					if !unfinished(k, ok) {
 						continue
 					}
-					j := job{slot: slot, sample: s, cond: c, prior: k.Instance, retry: k.Outcome != nil, stack: plan.stack(c, s)}
+					j := job{slot: slot, sample: s, cond: c, prior: k.Instance, retry: k.Outcome != nil, stack: stack(c, s)}
 					if c.Replay != nil {
 						src, ok := kept[Slot{Condition: c.Replay.From, Label: s.Label, SampleID: s.ID, Repeat: rep}]
 						if !ok || src.Outcome == nil {

@@ -94,7 +94,7 @@ func (l *Lab) Replay(ctx context.Context, id string, req ReplayRequest) (Planned
 	}
 	planned, problems := c.plan(l.Env)
 	if req.Stack != nil {
-		problems = append(problems, prefixed("stack", plan.use(l.Env, req.Stack))...)
+		problems = append(problems, prefixed("stack", checkStack(l.Env, req.Stack))...)
 	}
 	if len(problems) > 0 {
 		return Planned{}, invalid(problems...)

@@ -227,7 +227,7 @@ func judgeAgreement(outcomes []Outcome) *Agreement {
 }
 
 func conditionReport(c Planned, outcomes []Outcome, index map[sampleKey]Sample, byCategory bool) ConditionReport {
-	cr := ConditionReport{Name: c.Name, Flow: c.Flow, Constitutions: c.Constitutions, Models: c.Models, Model: c.Model, Replay: c.Replay, Stack: stackEntries(c.Stack),
+	cr := ConditionReport{Name: c.Name, Flow: c.Flow, Constitutions: c.Constitutions, Models: c.Models, Model: c.Model, Replay: c.Replay, Stack: entriesOf(c.Stack),
 		N: len(outcomes), Statuses: map[string]int{}, Decisions: map[string]map[string]int{}, RefusedBy: map[string]int{},
 		Tokens: map[string]Tokens{}, NodeLatencyMS: map[string]Percentiles{}}
 	all := tally{}
@@ -297,9 +297,8 @@ func conditionReport(c Planned, outcomes []Outcome, index map[sampleKey]Sample, 
 	return cr
 }
 
-// stackEntries is a condition's stack as the report shows it: each
-// name with its level.
-func stackEntries(picks []flow.Pick) []flow.StackEntry {
+// entriesOf is a stack as written, each name with its level.
+func entriesOf(picks []flow.Pick) []flow.StackEntry {
 	var out []flow.StackEntry
 	for _, p := range picks {
 		level := flow.DefaultAdherence

@@ -68,16 +68,16 @@ func TestExperimentStacks(t *testing.T) {
 			if rs, ok := ev.Data.(flow.RunStart); ok {
 				var s []string
 				for _, l := range rs.Stack {
-					s = append(s, fmt.Sprintf("%s:%d:%s", l.Name, l.Adherence, l.Text))
+					s = append(s, fmt.Sprintf("%s:%d", l.Name, l.Adherence))
 				}
 				stacks[o.Condition+"/"+o.SampleID] = strings.Join(s, " ")
 			}
 		}
 	}
 	want := map[string]string{
-		"floor/h1": "", "floor/b1": "", "floor/b2": "vegan:5:VEGAN-TEXT",
-		"vegan/h1": "vegan:4:VEGAN-TEXT", "vegan/b1": "vegan:4:VEGAN-TEXT", "vegan/b2": "vegan:5:VEGAN-TEXT",
-		"child/h1": "child_safe:2:CHILD-TEXT", "child/b1": "child_safe:2:CHILD-TEXT", "child/b2": "child_safe:2:CHILD-TEXT vegan:5:VEGAN-TEXT",
+		"floor/h1": "", "floor/b1": "", "floor/b2": "vegan:5",
+		"vegan/h1": "vegan:4", "vegan/b1": "vegan:4", "vegan/b2": "vegan:5",
+		"child/h1": "child_safe:2", "child/b1": "child_safe:2", "child/b2": "child_safe:2 vegan:5",
 	}
 	if fmt.Sprint(stacks) != fmt.Sprint(want) {
 		t.Errorf("the runs' stacks:\n%v\nwant\n%v", stacks, want)

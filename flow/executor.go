@@ -114,6 +114,9 @@ type Executor struct {
 	// Observe, where set, is told of runs, iterations, steps and drafts
 	// (observe.go); the engine tells it of runs and writes.
 	Observe *Observer
+	// Library is the constitutions a run's stack names (SPEC §10), read
+	// when the run starts or resumes.
+	Library Library
 }
 
 // Turn is one run of an instance: the input that starts it and the log it
@@ -258,6 +261,7 @@ type runner struct {
 	chunks   map[string][]Chunk // a judge's chunk judgements, for its next step
 	verdicts map[string]Reply   // a judge's verdict on a withheld chunk, for its next step
 	replay   *replayer          // for a replay: the recorded turn, walked beside this one
+	stack    []Layer            // the run's stack, with the library's texts
 	// unfinished, for a run that resumes, are the tool calls of the
 	// iteration it was interrupted in (finishInterrupted).
 	unfinished Unfinished
@@ -362,6 +366,10 @@ func (r *runner) run(ctx context.Context) Outcome {
 			}
 		}
 	}
+	var err error
+	if r.stack, err = r.x.Library.layers(r.t.Options.Stack); err != nil {
+		return Outcome{Status: StatusFailed, Err: err}
+	}
 	if r.t.Options.Review != nil {
 		if err := r.answer(); err != nil {
 			return Outcome{Status: StatusFailed, Err: err}
@@ -435,7 +443,7 @@ func (r *runner) run(ctx context.Context) Outcome {
 		}
 		if err != nil && node.OnError != "" {
 			step, err = onError(node, err), nil
-			step.Stack = stackEntries(stackFor(node, r.t.Options.Stack))
+			step.Stack = stackEntries(stackFor(node, r.stack))
 		}
 		if err != nil {
 			spec.discard(r)
@@ -852,7 +860,7 @@ func (r *runner) act(ctx context.Context, node *Node) (step Step, by *Node, err 
 // judgements' steps.
 func (r *runner) calls(ctx context.Context, node *Node, task *Task, steps []Step, out func(Event), record func(Step) (Step, error)) *Calls {
 	g := r.t.Def.Graph.Nodes
-	c := &Calls{node: node, task: task, flowID: r.t.FlowID, ctx: ctx, out: out, record: record, sync: r.sink.Sync, obs: r.x.Observe, stack: r.t.Options.Stack,
+	c := &Calls{node: node, task: task, flowID: r.t.FlowID, ctx: ctx, out: out, record: record, sync: r.sink.Sync, obs: r.x.Observe, stack: r.stack,
 		act: func(ctx context.Context, t *Task) (Reply, error) { return r.x.Agent.Act(ctx, t, func(Event) {}) }}
 	if node.Type != InnerAgent {
 		return c
@@ -1019,7 +1027,7 @@ func (r *runner) task(steps []Step, held map[string]bool, node *Node) *Task {
 		UserMessage: r.t.Input,
 		Input:       r.t.Input,
 		Decisions:   node.Decisions(),
-		Stack:       stackFor(node, r.t.Options.Stack),
+		Stack:       stackFor(node, r.stack),
 	}
 	for _, s := range steps[:r.turn] {
 		if s.Withheld != "" {

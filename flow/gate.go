@@ -125,7 +125,7 @@ func (c *chunker) judgeChunk(j *judgement, before string) {
 	defer c.wg.Done()
 	t := &Task{FlowID: c.task.FlowID, InstanceID: c.task.InstanceID, Cache: c.task.Cache, Node: c.judge, History: c.task.History,
 		UserMessage: c.task.UserMessage, InputFrom: c.agent.AgentID, Decisions: c.judge.Decisions(),
-		Chunk: &DraftChunk{Before: before, Text: j.text}, Stack: stackFor(c.judge, c.r.t.Options.Stack)}
+		Chunk: &DraftChunk{Before: before, Text: j.text}, Stack: stackFor(c.judge, c.r.stack)}
 	reply, err := c.act(t)
 	c.mu.Lock()
 	defer c.mu.Unlock()

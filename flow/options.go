@@ -41,9 +41,8 @@ type RunOptions struct {
 	// Review is the person's answer the run was started for.
 	Review *Review `json:"review,omitempty"`
 	// Stack is the user constitutions the run's superegos judge under,
-	// on top of their own (SPEC §10), with the library's texts as they
-	// were when the run started.
-	Stack []Layer `json:"stack,omitempty"`
+	// on top of their own (SPEC §10): library names and levels.
+	Stack []StackEntry `json:"stack,omitempty"`
 }
 
 // Variant changes a flow for one run: other constitutions or models for

@@ -12,24 +12,25 @@ import (
 // Constitution stacks (SPEC §10): a superego's own constitution is the
 // floor, binding; a run may put the user's constitutions on top of it,
 // each with an adherence level. Only names of the constitution library
-// are ever put into a stack, never text from a request: the texts are the
-// library's, resolved where a stack is made and recorded with the run's
-// options, so that a run resumed after a crash judges under the stack it
-// started with.
+// are ever put into a stack, never text from a request. A run records its
+// stack's names and levels with its options; the engine reads their texts
+// from its library when the run starts or resumes, as a flow's own
+// constitutions are read from disk.
 
-// Layer is one user constitution of a run's stack: a library name, its
-// adherence level and the library's text.
-type Layer struct {
-	Name      string `json:"name"`
-	Adherence int    `json:"adherence"`
-	Text      string `json:"text"`
-}
-
-// StackEntry names a layer of the stack a step was judged under; the
-// floor, first, is named Floor and has no level: it binds.
+// StackEntry is one constitution of a stack: a library name and its
+// adherence level. On a step, the floor comes first, named Floor, with no
+// level: it binds.
 type StackEntry struct {
 	Name      string `json:"name"`
 	Adherence int    `json:"adherence,omitempty"`
+}
+
+// Layer is one user constitution of the stack a task judges under, with
+// the library's text.
+type Layer struct {
+	Name      string
+	Adherence int
+	Text      string
 }
 
 // Pick is a user constitution as a request or an experiment names it:
@@ -80,11 +81,11 @@ func (l Library) Names() []string {
 	return out
 }
 
-// Resolve checks picks against the library and makes them layers: each
+// Resolve checks picks against the library and makes them a stack: each
 // name well formed and in the library, each level within 1–5, no name
 // twice. Problems' paths are "[i].name" and "[i].adherence".
-func (l Library) Resolve(picks []Pick) ([]Layer, []Problem) {
-	var out []Layer
+func (l Library) Resolve(picks []Pick) ([]StackEntry, []Problem) {
+	var out []StackEntry
 	var problems []Problem
 	seen := map[string]int{}
 	for i, p := range picks {
@@ -96,7 +97,7 @@ func (l Library) Resolve(picks []Pick) ([]Layer, []Problem) {
 		if level < MinAdherence || level > MaxAdherence {
 			problems = append(problems, Problem{at + ".adherence", fmt.Sprintf("must be %d to %d, not %d", MinAdherence, MaxAdherence, level)})
 		}
-		text, known := l[p.Name]
+		_, known := l[p.Name]
 		switch j, twice := seen[p.Name]; {
 		case !ValidConstitutionName(p.Name):
 			problems = append(problems, Problem{at + ".name", `must be the name of a library constitution: 1 to 64 of a-z, 0-9, "_" and "-"`})
@@ -106,7 +107,7 @@ func (l Library) Resolve(picks []Pick) ([]Layer, []Problem) {
 			problems = append(problems, Problem{at + ".name", fmt.Sprintf("%q is listed at [%d] already", p.Name, j)})
 		default:
 			seen[p.Name] = i
-			out = append(out, Layer{Name: p.Name, Adherence: level, Text: text})
+			out = append(out, StackEntry{Name: p.Name, Adherence: level})
 		}
 	}
 	return out, problems
@@ -142,14 +143,14 @@ func ParsePicks(s string) ([]Pick, []Problem) {
 // index in top of the first layer that asks for a lower level than base
 // holds, -1 for none: a stack a key brings may be added to and raised,
 // never lowered, and the caller says whether that is an error.
-func Onto(base, top []Layer) (out []Layer, lowered int) {
+func Onto(base, top []StackEntry) (out []StackEntry, lowered int) {
 	lowered = -1
 	if len(top) == 0 {
 		return base, lowered
 	}
 	out = slices.Clone(base)
 	for i, t := range top {
-		j := slices.IndexFunc(out, func(l Layer) bool { return l.Name == t.Name })
+		j := slices.IndexFunc(out, func(l StackEntry) bool { return l.Name == t.Name })
 		switch {
 		case j < 0:
 			out = append(out, t)
@@ -166,6 +167,24 @@ func Onto(base, top []Layer) (out []Layer, lowered int) {
 // whose "stack" is not "off". An inner agent's messages never hold a
 // constitution.
 func (n *Node) TakesStack() bool { return n.Type == Superego && n.Stack != StackOff }
+
+// layers are a stack's constitutions with their texts from lib; a name
+// lib lacks (a run resumed after its constitution left the library) is an
+// error: the run cannot judge under the stack it began with.
+func (l Library) layers(stack []StackEntry) ([]Layer, error) {
+	if len(stack) == 0 {
+		return nil, nil
+	}
+	out := make([]Layer, len(stack))
+	for i, e := range stack {
+		text, ok := l[e.Name]
+		if !ok {
+			return nil, fmt.Errorf("the run's stack names constitution %q, which the constitution library does not have: %w", e.Name, ErrInvalid)
+		}
+		out[i] = Layer{Name: e.Name, Adherence: e.Adherence, Text: text}
+	}
+	return out, nil
+}
 
 // stackFor is the stack node judges under in a run with stack.
 func stackFor(node *Node, stack []Layer) []Layer {

@@ -40,9 +40,8 @@ func TestDecisionsByBasis(t *testing.T) {
 	}
 	log := slog.New(slog.DiscardHandler)
 	f := &fixture{engine: &flow.Engine{Flows: map[string]*flow.Flow{"s": {ID: "s", Def: def}},
-		Exec: &flow.Executor{Agent: &agents.Agent{Model: p.Model}, Observe: tel.Flow()}, Store: &flow.MemStore{}, Log: log}}
-	srv := httptest.NewServer((&api.Server{Engine: f.engine, Log: log, Metrics: telemetry.Handler(reg),
-		Library: flow.Library{"vegan": "# Vegan"}}).Handler())
+		Exec: &flow.Executor{Agent: &agents.Agent{Model: p.Model}, Observe: tel.Flow(), Library: flow.Library{"vegan": "# Vegan"}}, Store: &flow.MemStore{}, Log: log}}
+	srv := httptest.NewServer((&api.Server{Engine: f.engine, Log: log, Metrics: telemetry.Handler(reg)}).Handler())
 	t.Cleanup(func() {
 		srv.Close()
 		f.close(t)

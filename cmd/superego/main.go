@@ -162,7 +162,6 @@ type wiring struct {
 	refused   []flow.Refused
 	providers *agents.Providers
 	lab       *experiment.Lab
-	library   flow.Library // the constitutions a request's stack may name
 	mcp       *tools.MCP
 	// close stops the MCP servers and releases the store, once the
 	// engine is done with them.
@@ -229,10 +228,10 @@ func wire(cfg config, log *slog.Logger) (*wiring, error) {
 	if cache, ok := experiments.(agents.ReplyCache); ok {
 		agent.Cache = cache
 	}
-	engine := &flow.Engine{Flows: flows, Exec: &flow.Executor{Agent: agent, Context: append(rules, references...)}, Store: store, MaxRuns: cfg.MaxRuns, Log: log}
+	engine := &flow.Engine{Flows: flows, Exec: &flow.Executor{Agent: agent, Context: append(rules, references...), Library: texts}, Store: store, MaxRuns: cfg.MaxRuns, Log: log}
 	lab := &experiment.Lab{Engine: engine, Store: experiments, Log: log, RateLimited: backoff.Waits,
 		Env: experiment.Env{Flows: flows, Constitutions: texts, Providers: agents.ProviderNames, Dir: cfg.Experiments, Confined: true}}
-	return &wiring{engine: engine, refused: refused, providers: providers, lab: lab, library: texts, mcp: servers,
+	return &wiring{engine: engine, refused: refused, providers: providers, lab: lab, mcp: servers,
 		close: func() { servers.Close(); closeStore() }}, nil
 }
 
@@ -255,7 +254,7 @@ func serve(ctx context.Context, cfg config, stdout, stderr io.Writer, ready chan
 	}
 	defer w.close()
 	engine, refused := w.engine, w.refused
-	users, err := readUsers(cfg.KeysFile, w.library)
+	users, err := readUsers(cfg.KeysFile, engine.Exec.Library)
 	if err != nil {
 		return err
 	}
@@ -294,7 +293,7 @@ func serve(ctx context.Context, cfg config, stdout, stderr io.Writer, ready chan
 	model, _ := w.providers.Model("")
 	srv := &http.Server{
 		Handler: (&api.Server{Engine: engine, Experiments: w.lab, Workspaces: &tools.Workspaces{Root: cfg.Workspaces}, Refused: refused, Model: healthModel(model.Name),
-			MCP: w.mcp, AdminToken: cfg.AdminToken, APIKeys: apiKeys, Library: w.library, Users: users, Log: log, WriteTimeout: cfg.WriteTimeout, MaxStreams: cfg.MaxStreams,
+			MCP: w.mcp, AdminToken: cfg.AdminToken, APIKeys: apiKeys, Users: users, Log: log, WriteTimeout: cfg.WriteTimeout, MaxStreams: cfg.MaxStreams,
 			Metrics: ops.metrics, Streams: ops.tel.StreamSubscribers()}).Handler(),
 		ReadHeaderTimeout: 10 * time.Second,
 		// Bounds a request's body; handlers lift it once they have read it,

@@ -137,6 +137,26 @@ func TestStacksExperimentOffline(t *testing.T) {
 			t.Errorf("report.md lacks %q:\n%s", want, md)
 		}
 	}
+	// The README shows this report: each of its table rows is the
+	// report's own.
+	readme, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, shown, _ := strings.Cut(string(readme), "```\n# refusal-sample-stacks\n")
+	shown, _, _ = strings.Cut(shown, "```")
+	rows := 0
+	for _, line := range strings.Split(shown, "\n") {
+		if strings.HasPrefix(line, "|") {
+			rows++
+			if !strings.Contains(string(md), line+"\n") {
+				t.Errorf("the README shows %q, which the report does not have", line)
+			}
+		}
+	}
+	if rows < 10 {
+		t.Errorf("the README shows %d rows of the stacks report", rows)
+	}
 	code, _, errs = runCmd(t, getenv, "experiment", "replay", id, "--from", "vegan", "--as", "x", "--stack", "vegan:high")
 	if code != exitUsage || !strings.Contains(errs, `--stack "vegan:high": [0].adherence: must be a whole number`) {
 		t.Errorf("a --stack that does not read: %d %s", code, errs)
