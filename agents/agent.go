@@ -38,6 +38,7 @@ type Agent struct {
 	Observe *Observer
 
 	prompts sync.Map // promptKey → its system prompt's parts, built once
+	stacked stacked  // a node's system prompts under the stacks runs bring
 	flights flights  // identical calls in flight, shared (cache.go)
 }
 
@@ -119,9 +120,7 @@ func (a *Agent) Act(ctx context.Context, t *flow.Task, emit func(flow.Event)) (f
 	}
 	system := p.(prompt).plain
 	if len(t.Stack) > 0 && t.Node.Type == flow.Superego {
-		// A stack varies by run: the node's parts are cached, and the
-		// stack goes between them.
-		system = p.(prompt).stacked(t.Stack)
+		system = a.stacked.prompt(key, p.(prompt), t.Stack)
 	}
 	msgs := messages(t, system, o.context)
 	callCtx, observed := a.Observe.modelStarted(callCtx, t, m, msgs, start)

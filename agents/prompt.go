@@ -3,6 +3,8 @@ package agents
 import (
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 
 	"github.com/tmc/langchaingo/llms"
 
@@ -156,6 +158,64 @@ const (
 	stackedReplyFormat = `Reply with one JSON object and nothing else, with these keys in this order:
 {"thinking": "your private reasoning; never shown to the user", "decision": "one of the decisions above", "agent_guidance": "a short note for the next agent; never shown to the user", "basis": "what your decision rests on: floor, or the name of one of the user's constitutions", "response": "what the user may see"}`
 )
+
+// maxStacked bounds the stacked prompts kept: users pick their stacks, so
+// there may be as many as there are users; past the bound the cache starts
+// afresh, and the stacks in use fill it again.
+const maxStacked = 1024
+
+// stacked keeps a node's system prompts under the stacks runs bring. A
+// stack of five constitutions is some pages of text, copied into the
+// prompt at every call otherwise; runs of the same user, or of an
+// experiment's condition, bring the same stack, whose texts are the
+// library's, the same strings in every run.
+type stacked struct {
+	m sync.Map     // stackedKey → stackedPrompt
+	n atomic.Int64 // entries stored since the map was last cleared
+}
+
+type stackedKey struct {
+	promptKey
+	names string // each layer's name, level and text's length
+}
+
+type stackedPrompt struct {
+	stack  []flow.Layer
+	prompt string
+}
+
+// prompt is the node's system message under stack, built or reused.
+func (s *stacked) prompt(key promptKey, p prompt, stack []flow.Layer) string {
+	names := make([]byte, 0, 32*len(stack))
+	for _, l := range stack {
+		names = append(append(names, l.Name...), ':')
+		names = append(strconv.AppendInt(names, int64(l.Adherence), 10), ':')
+		names = append(strconv.AppendInt(names, int64(len(l.Text)), 10), ',')
+	}
+	k := stackedKey{key, string(names)}
+	if v, ok := s.m.Load(k); ok && sameTexts(v.(stackedPrompt).stack, stack) {
+		return v.(stackedPrompt).prompt
+	}
+	out := p.stacked(stack)
+	if s.n.Add(1) > maxStacked {
+		s.m.Clear()
+		s.n.Store(1)
+	}
+	s.m.Store(k, stackedPrompt{stack, out})
+	return out
+}
+
+// sameTexts reports whether two stacks of the same names and levels hold
+// the same texts: an agent may serve executors of other libraries. Texts
+// from the same library are the same strings, and compare by pointer.
+func sameTexts(a, b []flow.Layer) bool {
+	for i := range a {
+		if a[i].Text != b[i].Text {
+			return false
+		}
+	}
+	return true
+}
 
 // stacked is the system message of a superego judging under stack: its
 // prompt's parts with the floor marked binding and the user's
