@@ -87,15 +87,11 @@ func clip(s string) string {
 	return s[:maxQuoted] + "…"
 }
 
-// systemPrompt is a node's system message: its constitution or system
-// prompt, the decisions it may take, and the reply format. It holds nothing
-// of any other node, and nothing that changes from call to call.
-func systemPrompt(t *flow.Task) string { return promptOf(t).plain }
-
-// prompt is a node's system message, built once per node and kind of
-// action: whole, for a call with no stack, and in the parts a stack (SPEC
-// §10) goes between, so that a stacked call costs only the stack's own
-// text and one concatenation.
+// prompt is a node's system message: its constitution or system prompt,
+// the decisions it may take, and the reply format. It holds nothing of
+// any other node, and nothing that changes from call to call but a stack
+// (SPEC §10), which goes between its parts. It is built once per node and
+// kind of action.
 type prompt struct {
 	plain string
 	head  string // who the node is, up to its floor
