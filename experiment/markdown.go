@@ -223,7 +223,11 @@ func sideText(s Side) string {
 	if s.Refused && s.RefusedBy != nil {
 		who = "refused by " + *s.RefusedBy
 	}
-	return mdText(fmt.Sprintf("%s (%s, at %s): %s", who, s.Status, s.DecidingNode, clip(s.Response, 160)))
+	at := s.DecidingNode
+	if s.Basis != "" {
+		at += ", resting on " + s.Basis
+	}
+	return mdText(fmt.Sprintf("%s (%s, at %s): %s", who, s.Status, at, clip(s.Response, 160)))
 }
 
 // CSV is the report's rates, a row per condition, measure and category:

@@ -420,10 +420,14 @@ type Side struct {
 	RefusedBy    *string `json:"refused_by"`
 	DecidingNode string  `json:"deciding_node"`
 	Response     string  `json:"response"`
+	// Basis is what the deciding node said its decision rests on, where
+	// it judged under a stack (SPEC §10): a flip that rests on a user's
+	// constitution is that layer's doing.
+	Basis string `json:"basis,omitempty"`
 }
 
 func sideOf(o Outcome) Side {
-	return Side{o.InstanceID, o.Status, o.Refused, o.RefusedBy, o.DecidingNode, o.Response}
+	return Side{o.InstanceID, o.Status, o.Refused, o.RefusedBy, o.DecidingNode, o.Response, o.Bases[o.DecidingNode]}
 }
 
 type pairKey struct {

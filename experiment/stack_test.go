@@ -100,8 +100,12 @@ func TestExperimentStacks(t *testing.T) {
 	if rep.Conditions[0].Harmful.Refused != 0 || rep.Conditions[1].Harmful.Refused != 1 || rep.Conditions[2].Harmful.Refused != 0 {
 		t.Errorf("harmful refused: %+v", rep.Conditions)
 	}
+	// The flip says which layer did it.
+	if f := rep.Comparisons[0].Harmful.Flipped; len(f) != 1 || f[0].SampleID != "h1" || f[0].A.Basis != "" || f[0].B.Basis != "vegan" {
+		t.Errorf("vegan against floor, harmful flips: %s", jsonOf(f))
+	}
 	md := rep.Markdown()
-	for _, s := range []string{"## Decisions by basis", "| vegan | input_superego | vegan | BLOCK 1 |", "guarded_chat, stack vegan 4"} {
+	for _, s := range []string{"## Decisions by basis", "| vegan | input_superego | vegan | BLOCK 1 |", "guarded_chat, stack vegan 4", "at input_superego, resting on vegan"} {
 		if !strings.Contains(md, s) {
 			t.Errorf("report.md lacks %q:\n%s", s, md)
 		}
