@@ -160,12 +160,13 @@ func (s *Server) listModels(w http.ResponseWriter, r *http.Request) error {
 
 // chatRequest is a chat completions request as the flow takes it.
 type chatRequest struct {
-	model         string
-	prior         []flow.Step // the conversation before input: user and assistant messages
-	input         string      // the last message, the user's
-	stream        bool
-	includeUsage  bool
-	ignored       []string    // parameters accepted and ignored, named in a header
+	model        string
+	prior        []flow.Step // the conversation before input: user and assistant messages
+	input        string      // the last message, the user's
+	stream       bool
+	includeUsage bool
+	ignored      []string // parameters accepted and ignored, named in a header
+
 	constitutions []flow.Pick // the user's constitutions (SPEC §10, stack.go)
 }
 

@@ -47,11 +47,11 @@ type Server struct {
 	MCP         *tools.MCP // for /healthz; nil: none
 	AdminToken  string
 	APIKeys     []string
+	Log         *slog.Logger
 	// Users, where set, are the keys of SUPEREGO_API_KEYS_FILE and the
 	// stacks of constitutions they bring (SPEC §10), which name the
 	// engine's library (Engine.Exec.Library).
 	Users map[string]User
-	Log   *slog.Logger
 	// WriteTimeout bounds each write to a client (0: 30s); MaxStreams the
 	// streams of instances (…/stream, EventSource reconnects) open at once
 	// (0: 1024); streams that run a flow count as runs.

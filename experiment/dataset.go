@@ -111,11 +111,12 @@ func readJSONL(r io.Reader) ([]Sample, error) {
 			continue
 		}
 		var row struct {
-			ID            json.RawMessage `json:"id"`
-			Input         *string         `json:"input"`
-			Label         *string         `json:"label"`
-			Category      string          `json:"category"`
-			Constitutions []flow.Pick     `json:"constitutions"` // the sample's user's (SPEC §10)
+			ID       json.RawMessage `json:"id"`
+			Input    *string         `json:"input"`
+			Label    *string         `json:"label"`
+			Category string          `json:"category"`
+
+			Constitutions []flow.Pick `json:"constitutions"` // the sample's user's (SPEC §10)
 		}
 		if err := json.Unmarshal(b, &row); err != nil {
 			return nil, lineError(line, "not a JSON object: %s", strings.TrimPrefix(err.Error(), "json: "))

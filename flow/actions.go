@@ -110,12 +110,13 @@ type call struct {
 type verdict struct {
 	judge *Node
 	kind  string
-	input string  // the call or result as it was judged, for the step
-	stack []Layer // the stack it was judged under
+	input string // the call or result as it was judged, for the step
 	reply Reply
 	err   error
 	start time.Time
 	at    time.Time // when it ended: steps are recorded in that order
+
+	stack []Layer // the stack it was judged under (SPEC §10)
 }
 
 // Ungated makes Calls that let every call run, with no rule, no judge and

@@ -91,10 +91,10 @@ type Reply struct {
 	Decision      string
 	AgentGuidance string
 	Response      string
+	ToolUsage     []ToolUse
 	// Basis is what a stacked judge said its decision rests on: "floor"
 	// or a name of its stack, as the model wrote it.
-	Basis     string
-	ToolUsage []ToolUse
+	Basis string
 	// Final says the tool calls ended the node's turn, and Decision
 	// stands: a worker that has written its output is done.
 	Final   bool
