@@ -37,7 +37,8 @@ type Agent struct {
 	// Observe, where set, is told of model and tool calls (observe.go).
 	Observe *Observer
 
-	prompts sync.Map // promptKey → its system prompt, built once
+	prompts sync.Map // promptKey → its system prompt's parts, built once
+	stacked stacked  // a node's system prompts under the stacks runs bring
 	flights flights  // identical calls in flight, shared (cache.go)
 }
 
@@ -116,11 +117,15 @@ func (a *Agent) Act(ctx context.Context, t *flow.Task, emit func(flow.Event)) (f
 	if t.Action != nil {
 		key.kind = t.Action.Kind // a judge of actions has a prompt for calls and one for results
 	}
-	prompt, ok := a.prompts.Load(key)
+	p, ok := a.prompts.Load(key)
 	if !ok {
-		prompt, _ = a.prompts.LoadOrStore(key, systemPrompt(t))
+		p, _ = a.prompts.LoadOrStore(key, promptOf(t))
 	}
-	msgs := messages(t, prompt.(string), o.context)
+	system := p.(prompt).plain
+	if len(t.Stack) > 0 && t.Node.Type == flow.Superego {
+		system = a.stacked.prompt(key, p.(prompt), t.Stack)
+	}
+	msgs := messages(t, system, o.context)
 	callCtx, observed := a.Observe.modelStarted(callCtx, t, m, msgs, start)
 	got, cached, err := a.generate(callCtx, t, m, msgs, offered, opts)
 	reply := flow.Reply{Model: m.Name, Latency: time.Since(start), Cached: cached}
@@ -142,7 +147,7 @@ func (a *Agent) Act(ctx context.Context, t *flow.Task, emit func(flow.Event)) (f
 		calls[i] = c.call()
 	}
 	f := readReply(got.Text)
-	reply.Thinking, reply.Decision, reply.AgentGuidance, reply.Response = f.Thinking, f.Decision, f.AgentGuidance, f.Response
+	reply.Thinking, reply.Decision, reply.AgentGuidance, reply.Response, reply.Basis = f.Thinking, f.Decision, f.AgentGuidance, f.Response, f.Basis
 	if len(calls) == 0 {
 		if strings.TrimSpace(got.Text) == "" {
 			return reply, fmt.Errorf("%w: model %s sent an empty reply", flow.ErrModelOutput, m.Name)

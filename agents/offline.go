@@ -17,7 +17,9 @@ const OfflineName = "offline (built-in, not a language model)"
 // Offline is the built-in offline model: no network, no key, no language
 // model. It answers every call with a valid, deterministic, plainly labelled
 // reply, so a new user can watch a whole flow run: a superego takes the
-// first of its decisions that lets the message through, an inner agent with
+// first of its decisions that lets the message through (under a stack of
+// user constitutions, it names the floor as its basis: it read none of
+// them), an inner agent with
 // the calculator works out any arithmetic in the message with a real tool
 // call, and every response says it came from the offline model.
 type Offline struct{}
@@ -43,6 +45,10 @@ func (Offline) GenerateContent(ctx context.Context, messages []llms.MessageConte
 	}
 	system, last := textOf(messages, llms.ChatMessageTypeSystem, true), messages[len(messages)-1]
 	superego := strings.Contains(system, "<constitution>")
+	basis := ""
+	if superego && strings.Contains(system, `"basis":`) {
+		basis = "floor"
+	}
 
 	if last.Role == llms.ChatMessageTypeTool {
 		var results []string
@@ -53,7 +59,7 @@ func (Offline) GenerateContent(ctx context.Context, messages []llms.MessageConte
 				}
 			}
 		}
-		return offlineReply(ctx, opts, pick(system, "COMPLETE"), "The "+strings.Join(results, "; ")+".")
+		return offlineReply(ctx, opts, pick(system, "COMPLETE"), basis, "The "+strings.Join(results, "; ")+".")
 	}
 	input := textOf(messages, llms.ChatMessageTypeHuman, false)
 	if expr := strings.TrimSpace(arithmetic.FindString(input)); !superego && expr != "" && offersTool(opts, "calculator") {
@@ -69,29 +75,31 @@ func (Offline) GenerateContent(ctx context.Context, messages []llms.MessageConte
 	}
 	decision := pick(system, passing...)
 	if superego && decision == "ACCEPT" {
-		return offlineReply(ctx, opts, decision, "") // as the prompt asks: the message goes through as it is
+		return offlineReply(ctx, opts, decision, basis, "") // as the prompt asks: the message goes through as it is
 	}
 	if superego {
-		return offlineReply(ctx, opts, decision, fmt.Sprintf("Offline judge: %s. (This is the built-in offline model, not a language model: it judged nothing. Set SUPEREGO_MODEL or an API key for real judgments.)", decision))
+		return offlineReply(ctx, opts, decision, basis, fmt.Sprintf("Offline judge: %s. (This is the built-in offline model, not a language model: it judged nothing. Set SUPEREGO_MODEL or an API key for real judgments.)", decision))
 	}
-	return offlineReply(ctx, opts, decision, fmt.Sprintf("Offline agent: I received %q. (This is the built-in offline model, not a language model.)", firstLine(input, 120)))
+	return offlineReply(ctx, opts, decision, "", fmt.Sprintf("Offline agent: I received %q. (This is the built-in offline model, not a language model.)", firstLine(input, 120)))
 }
 
 // offlineReply answers in the reply protocol, streaming it in small chunks
 // as a real model would.
-func offlineReply(ctx context.Context, opts llms.CallOptions, decision, response string) (*llms.ContentResponse, error) {
+func offlineReply(ctx context.Context, opts llms.CallOptions, decision, basis, response string) (*llms.ContentResponse, error) {
 	guidance := "Offline model: no guidance."
 	if decision == "ACCEPT" {
 		guidance = "" // as the prompt asks of a plain ACCEPT
 	}
-	b, _ := json.Marshal(map[string]string{
+	m := map[string]string{
 		"thinking":       "The offline model does not reason.",
 		"decision":       decision,
 		"agent_guidance": guidance,
 		"response":       response,
-	})
-	// json.Marshal sorts keys; the protocol's order puts response last.
-	text := reorder(b)
+	}
+	if basis != "" {
+		m["basis"] = basis
+	}
+	text := inOrder(m)
 	if opts.StreamingFunc != nil {
 		for i := 0; i < len(text); i += 24 {
 			if err := opts.StreamingFunc(ctx, []byte(text[i:min(i+24, len(text))])); err != nil {
@@ -102,17 +110,21 @@ func offlineReply(ctx context.Context, opts llms.CallOptions, decision, response
 	return &llms.ContentResponse{Choices: []*llms.ContentChoice{{Content: text, StopReason: "stop"}}}, nil
 }
 
-func reorder(b []byte) string {
-	var m map[string]string
-	_ = json.Unmarshal(b, &m)
+// inOrder writes the reply's object with its keys in the protocol's
+// order, response last, where json.Marshal would sort them.
+func inOrder(m map[string]string) string {
 	var s strings.Builder
 	s.WriteByte('{')
-	for i, k := range []string{"thinking", "decision", "agent_guidance", "response"} {
-		if i > 0 {
+	for _, k := range []string{"thinking", "decision", "agent_guidance", "basis", "response"} {
+		v, ok := m[k]
+		if !ok {
+			continue
+		}
+		if s.Len() > 1 {
 			s.WriteString(", ")
 		}
 		kb, _ := json.Marshal(k)
-		vb, _ := json.Marshal(m[k])
+		vb, _ := json.Marshal(v)
 		s.Write(kb)
 		s.WriteString(": ")
 		s.Write(vb)

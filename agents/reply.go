@@ -8,17 +8,19 @@ import (
 )
 
 // fields is the reply protocol of SPEC §6: one JSON object with these keys.
+// A stacked superego (§10) is asked for basis too.
 type fields struct {
 	Thinking      string `json:"thinking"`
 	Decision      string `json:"decision"`
 	AgentGuidance string `json:"agent_guidance"`
 	Response      string `json:"response"`
+	Basis         string `json:"basis"`
 }
 
 var (
 	// protocolKey is a key of the protocol's object: quoted as JSON wants,
 	// anywhere, or in single quotes or none after a brace or a comma.
-	protocolKey = regexp.MustCompile(`"(thinking|decision|agent_guidance|response)"\s*:|[{,]\s*'?(thinking|decision|agent_guidance|response)'?\s*:`)
+	protocolKey = regexp.MustCompile(`"(thinking|decision|agent_guidance|response|basis)"\s*:|[{,]\s*'?(thinking|decision|agent_guidance|response|basis)'?\s*:`)
 	// bareDecision is the decision of an object that does not parse, if it
 	// reads as a decision word, quoted or not.
 	bareDecision = regexp.MustCompile(`"decision"\s*:\s*(?:"([A-Za-z][A-Za-z0-9_]*)"|([A-Za-z][A-Za-z0-9_]*)\s*[,}\n])`)
@@ -81,10 +83,11 @@ func parseReply(text string) (f fields, ok bool) {
 				Decision      json.RawMessage `json:"decision"`
 				AgentGuidance json.RawMessage `json:"agent_guidance"`
 				Response      json.RawMessage `json:"response"`
+				Basis         json.RawMessage `json:"basis"`
 			}
 			if json.Unmarshal([]byte(rest[:end]), &obj) == nil &&
-				(obj.Thinking != nil || obj.Decision != nil || obj.AgentGuidance != nil || obj.Response != nil) {
-				return fields{str(obj.Thinking), str(obj.Decision), str(obj.AgentGuidance), str(obj.Response)}, true
+				(obj.Thinking != nil || obj.Decision != nil || obj.AgentGuidance != nil || obj.Response != nil || obj.Basis != nil) {
+				return fields{str(obj.Thinking), str(obj.Decision), str(obj.AgentGuidance), str(obj.Response), str(obj.Basis)}, true
 			}
 		}
 		rest = rest[1:]
@@ -120,6 +123,8 @@ func plainObject(s string) (f fields, ok bool) {
 			f.AgentGuidance = value
 		case "response":
 			f.Response = value
+		case "basis":
+			f.Basis = value
 		default:
 			return fields{}, false
 		}

@@ -25,6 +25,28 @@ func TestResponseStreamEmitsOnlyResponse(t *testing.T) {
 	}
 }
 
+// A stacked judge's basis comes before its response: the stream passes
+// on the response and nothing of the basis.
+func TestResponseStreamSkipsTheBasis(t *testing.T) {
+	reply := `{"thinking": "t", "decision": "BLOCK", "agent_guidance": "g", "basis": "BASIS-MARKER", "response": "Not that one."}`
+	for _, size := range []int{1, 3, 1000} {
+		var got strings.Builder
+		r := &responseStream{emit: func(s string) { got.WriteString(s) }}
+		for i := 0; i < len(reply); i += size {
+			r.Write([]byte(reply[i:min(i+size, len(reply))]))
+		}
+		if got.String() != "Not that one." {
+			t.Errorf("chunk size %d: streamed %q", size, got.String())
+		}
+	}
+	if f := readReply(reply); f.Basis != "BASIS-MARKER" || f.Response != "Not that one." {
+		t.Errorf("readReply = %+v", f)
+	}
+	if f := readReply(`{"decision": "ACCEPT", "response": ""}`); f.Basis != "" {
+		t.Errorf("a reply with no basis read as %+v", f)
+	}
+}
+
 func TestParseReplyValuesThatAreNotStrings(t *testing.T) {
 	for _, c := range []struct {
 		reply string
@@ -36,6 +58,9 @@ func TestParseReplyValuesThatAreNotStrings(t *testing.T) {
 		{`{"response": ""}`, fields{}, true}, // a protocol key, empty: still the protocol's object
 		{`{"answer": "50"} {"decision": "BLOCK", "response": "no"}`, fields{Decision: "BLOCK", Response: "no"}, true},
 		{`{"answer": "50"}`, fields{}, false},
+		{`{"thinking": "t", "decision": "BLOCK", "agent_guidance": "", "basis": "vegan", "response": "no"}`, fields{Thinking: "t", Decision: "BLOCK", Basis: "vegan", Response: "no"}, true},
+		{`{"decision": "BLOCK", "response": "no", "basis": "caf\u00e9"}`, fields{Decision: "BLOCK", Basis: "café", Response: "no"}, true},
+		{`{"decision": "BLOCK", "basis": ["floor"], "response": "no"}`, fields{Decision: "BLOCK", Basis: `["floor"]`, Response: "no"}, true},
 		{`{"decision": "ACCEPT", "response": "cut off`, fields{}, false},
 	} {
 		if f, ok := parseReply(c.reply); f != c.want || ok != c.ok {
@@ -56,6 +81,7 @@ func FuzzPlainObjectReadsAsJSONDoes(f *testing.F) {
 		`{"decision": "ACCEPT",}`,
 		`{"decision": "caf\u00e9"}`,
 		`{"decision": "café"}`,
+		`{"thinking": "t", "decision": "BLOCK", "agent_guidance": "g", "basis": "floor", "response": "no"}`,
 		`{}`,
 	} {
 		f.Add(s)

@@ -172,6 +172,8 @@ type chatRequest struct {
 	choice   json.RawMessage
 	parallel *bool
 	results  []flow.ClientResult
+
+	constitutions []flow.Pick // the user's constitutions (SPEC §10, stack.go)
 }
 
 // param is what becomes of one parameter of OpenAI's chat completions
@@ -195,6 +197,7 @@ var chatParams = map[string]param{
 	"stream":         {read: readStream},
 	"stream_options": {read: readStreamOptions},
 	"n":              {read: readN},
+	"constitutions":  {read: readConstitutions}, // not OpenAI's: a stack of constitutions (SPEC §10)
 
 	"tools":              {read: readTools},
 	"functions":          {refused: "the client's tools are given as 'tools'; 'functions' is their older form, which this server does not take"},
@@ -648,6 +651,12 @@ func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
+	if opts.Stack, err = s.stackFor(r, req.constitutions); err != nil {
+		return openAIStackError(err)
+	}
+	if err != nil {
+		return err
+	}
 	opts.Owner = s.owner(r)
 	var sub *flow.Subscription
 	if len(req.results) > 0 && opts.Client != nil {
@@ -740,7 +749,7 @@ func (s *Server) owner(r *http.Request) string {
 	if len(s.APIKeys) == 0 {
 		return ""
 	}
-	_, token, _ := strings.Cut(r.Header.Get("Authorization"), " ")
+	token, _ := bearer(r)
 	sum := sha256.Sum256([]byte(token))
 	return hex.EncodeToString(sum[:16])
 }

@@ -58,6 +58,10 @@ type Server struct {
 	// one with the AdminToken.
 	ExperimentsAuth string
 	Log             *slog.Logger
+	// Users, where set, are the keys of SUPEREGO_API_KEYS_FILE and the
+	// stacks of constitutions they bring, which name the engine's library
+	// (Engine.Exec.Library).
+	Users map[string]User
 	// WriteTimeout bounds each write to a client (0: 30s); MaxStreams the
 	// streams of instances (…/stream, EventSource reconnects) open at once
 	// (0: 1024); streams that run a flow count as runs.
@@ -92,6 +96,8 @@ func (s *Server) Handler() http.Handler {
 	r.Get("/healthz", s.handler(s.health))
 	r.Get("/metrics", s.handler(s.metrics))
 	r.Get("/flows", s.handler(s.listFlows))
+	r.Get("/constitutions", s.handler(s.listConstitutions))
+	r.Get("/constitutions/{name}", s.handler(s.getConstitution))
 	r.Get("/flow/{flow_id}", s.handler(s.getFlow))
 	r.Get("/flow/{flow_id}/graph.svg", s.handler(s.graph))
 	r.Get("/flow/{flow_id}/graph.mmd", s.handler(s.graph))
@@ -210,6 +216,9 @@ type executeRequest struct {
 	Objective      string          `json:"objective,omitempty"`
 	ExpectedOutput string          `json:"expected_output,omitempty" validate:"excluded_without=Objective"`
 	Inputs         json.RawMessage `json:"inputs,omitempty" validate:"excluded_without=Objective"`
+
+	// The user's constitutions, on top of each superego's own (SPEC §10).
+	Constitutions []flow.Pick `json:"constitutions,omitempty"`
 }
 
 // Limits on a task's inputs, which go into the worker's message and so
@@ -287,6 +296,11 @@ func (s *Server) executeGet(w http.ResponseWriter, r *http.Request) error {
 	if err := check(&req); err != nil {
 		return err
 	}
+	picks, err := picksOf(q.Get("constitutions"))
+	if err != nil {
+		return err
+	}
+	req.Constitutions = picks
 	if r.Header.Get("Last-Event-ID") != "" {
 		if req.InstanceID == "" {
 			w.WriteHeader(http.StatusNoContent)
@@ -302,10 +316,15 @@ func (s *Server) execute(w http.ResponseWriter, r *http.Request, req executeRequ
 	if err != nil {
 		return err
 	}
-	if wantsJSON(r) {
-		return s.collect(w, r, req, message)
+	stack, err := s.stackFor(r, req.Constitutions)
+	if err != nil {
+		return err
 	}
-	sub, err := s.Engine.Start(r.Context(), flow.Request{FlowID: req.FlowID, InstanceID: req.InstanceID, Input: message})
+	run := flow.Request{FlowID: req.FlowID, InstanceID: req.InstanceID, Input: message, Options: flow.RunOptions{Stack: stack}}
+	if wantsJSON(r) {
+		return s.collect(w, r, run)
+	}
+	sub, err := s.Engine.Start(r.Context(), run)
 	if err != nil {
 		return err
 	}

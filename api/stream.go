@@ -291,10 +291,10 @@ func (res *runResult) add(ev flow.Event) {
 // collect runs the flow on this request's goroutine, gathering its events
 // as they are delivered, and writes the run as one JSON document once it
 // ends. If the client goes away, the run goes on all the same.
-func (s *Server) collect(w http.ResponseWriter, r *http.Request, req executeRequest, message string) error {
+func (s *Server) collect(w http.ResponseWriter, r *http.Request, run flow.Request) error {
 	http.NewResponseController(w).SetReadDeadline(time.Time{}) // a long run must not look like a slow request
 	res := runResult{Steps: []flow.Step{}}
-	if err := s.Engine.Run(r.Context(), flow.Request{FlowID: req.FlowID, InstanceID: req.InstanceID, Input: message}, res.add); err != nil {
+	if err := s.Engine.Run(r.Context(), run, res.add); err != nil {
 		return err
 	}
 	return s.finish(w, res)

@@ -13,6 +13,8 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+
+	"superego/flow"
 )
 
 // maxDatasetLine bounds one line of a JSONL dataset.
@@ -181,6 +183,8 @@ func readJSONL(r io.Reader) ([]Sample, error) {
 			TargetFunctions []string  `json:"target_functions"`
 			Utility         []string  `json:"utility"`
 			Attack          []string  `json:"attack"`
+
+			Constitutions []flow.Pick `json:"constitutions"` // the sample's user's (SPEC §10)
 		}
 		if err := json.Unmarshal(b, &row); err != nil {
 			return nil, lineError(line, "not a JSON object: %s", strings.TrimPrefix(err.Error(), "json: "))
@@ -197,7 +201,7 @@ func readJSONL(r io.Reader) ([]Sample, error) {
 		if msg := checkLabel(*row.Label); msg != "" {
 			return nil, lineError(line, "%s", msg)
 		}
-		s := Sample{ID: id, Input: *row.Input, Label: *row.Label, Category: row.Category,
+		s := Sample{ID: id, Input: *row.Input, Label: *row.Label, Category: row.Category, Constitutions: row.Constitutions,
 			Tools: row.Tools, TargetFunctions: row.TargetFunctions, Utility: row.Utility, Attack: row.Attack}
 		if problems := s.checkTools(); len(problems) > 0 {
 			return nil, lineError(line, "%s", problems[0])

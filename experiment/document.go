@@ -64,6 +64,9 @@ type Sample struct {
 	TargetFunctions []string  `json:"target_functions,omitempty"`
 	Utility         []string  `json:"utility,omitempty"`
 	Attack          []string  `json:"attack,omitempty"`
+	// Constitutions are the sample's user's own (SPEC §10), put on top of
+	// every condition's stack; a name the stack has keeps the higher level.
+	Constitutions []flow.Pick `json:"constitutions,omitempty"`
 }
 
 // Labels of samples.
@@ -80,6 +83,9 @@ type Condition struct {
 	Constitutions map[string]string `json:"constitutions,omitempty"` // node → constitution name
 	Models        map[string]string `json:"models,omitempty"`        // node → "provider:model"
 	Model         string            `json:"model,omitempty"`         // every other node's model
+	// Stack is the user constitutions the condition's superegos judge
+	// under, on top of their own (SPEC §10).
+	Stack []flow.Pick `json:"stack,omitempty"`
 	// Replay, set by Lab.Replay and never in a file, makes the condition a
 	// counterfactual of another: its outcomes re-judge that condition's
 	// recorded runs.
@@ -218,12 +224,20 @@ func (d *Document) Check(env Env) (*Plan, error) {
 			for _, p := range s.checkTools() {
 				add(fmt.Sprintf("samples[%d].%s", i, p.Path), "%s", p.Message)
 			}
+			for _, pr := range checkStack(env, s.Constitutions) {
+				add(fmt.Sprintf("samples[%d].constitutions%s", i, pr.Path), "%s", pr.Message)
+			}
 		}
 		p.Samples = d.Samples
 	default:
 		samples, err := readDatasets(d.Dataset, d.Label, env)
 		if err != nil {
 			add("dataset", "%s", err)
+		}
+		for _, s := range samples {
+			for _, pr := range checkStack(env, s.Constitutions) {
+				add("dataset", "sample %q: constitutions%s: %s", s.ID, pr.Path, pr.Message)
+			}
 		}
 		p.Samples = samples
 	}
@@ -240,6 +254,7 @@ func (d *Document) Check(env Env) (*Plan, error) {
 	for i, c := range d.Conditions {
 		at := fmt.Sprintf("conditions[%d]", i)
 		planned, errs := c.plan(env)
+		errs = append(errs, prefixed("stack", checkStack(env, c.Stack))...)
 		for _, e := range errs {
 			problems = append(problems, flow.Problem{Path: at + joinPath(e.Path), Message: e.Message})
 		}
@@ -351,10 +366,35 @@ func (c Condition) plan(env Env) (Planned, []flow.Problem) {
 			add("model", "%s", msg)
 		}
 	}
+	if len(c.Stack) > 0 && !slices.ContainsFunc(slices.Collect(maps.Values(f.Def.Graph.Nodes)), (*flow.Node).TakesStack) {
+		add("stack", "flow %q has no superego that takes a stack", c.Flow)
+	}
 	if v.Model != "" || len(v.Models) > 0 || len(v.Constitutions) > 0 {
 		out.Variant = v
 	}
 	return out, problems
+}
+
+// checkStack checks picks against the library; problems' paths are
+// relative to the picks. The engine reads their texts from the same
+// library when each run starts.
+func checkStack(env Env, picks []flow.Pick) []flow.Problem {
+	_, problems := flow.Library(env.Constitutions).Resolve(picks)
+	return problems
+}
+
+func prefixed(path string, problems []flow.Problem) []flow.Problem {
+	for i := range problems {
+		problems[i].Path = path + problems[i].Path
+	}
+	return problems
+}
+
+// stack is the stack sample s runs under in condition c: the condition's,
+// then the sample's own; a name both hold keeps the higher level.
+func stack(c Planned, s Sample) []flow.StackEntry {
+	out, _ := flow.Onto(entriesOf(c.Stack), entriesOf(s.Constitutions))
+	return out
 }
 
 func superegos(f *flow.Flow) []string {

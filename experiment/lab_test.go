@@ -158,7 +158,7 @@ func newRig(t testing.TB, o rigOptions) *rig {
 	}
 	logs := &syncBuffer{}
 	log := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	engine := &flow.Engine{Flows: flows, Exec: &flow.Executor{Agent: agent}, Store: o.flows, Log: log}
+	engine := &flow.Engine{Flows: flows, Exec: &flow.Executor{Agent: agent, Library: texts}, Store: o.flows, Log: log}
 	lab := &experiment.Lab{Engine: engine, Store: o.store, RateLimited: backoff.Waits, Log: log,
 		Env: experiment.Env{Flows: flows, Constitutions: texts, Providers: agents.ProviderNames, Dir: "testdata"}}
 	t.Cleanup(func() {

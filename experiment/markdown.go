@@ -160,6 +160,7 @@ func (r *Report) Markdown() string {
 			fmt.Fprintf(&b, "| %s | %s | %s |\n", mdText(c.Name), mdText(node), strings.Join(parts, ", "))
 		}
 	}
+	b.WriteString(r.basesMarkdown())
 	b.WriteString("\n## Tokens and latency per node\n\n")
 	b.WriteString("| condition | node | prompt tokens | completion tokens | latency p50 ms | latency p95 ms |\n|---|---|---:|---:|---:|---:|\n")
 	for _, c := range r.Conditions {
@@ -232,7 +233,11 @@ func sideText(s Side) string {
 	if s.Refused && s.RefusedBy != nil {
 		who = "refused by " + *s.RefusedBy
 	}
-	return mdText(fmt.Sprintf("%s (%s, at %s): %s", who, s.Status, s.DecidingNode, clip(s.Response, 160)))
+	at := s.DecidingNode
+	if s.Basis != "" {
+		at += ", resting on " + s.Basis
+	}
+	return mdText(fmt.Sprintf("%s (%s, at %s): %s", who, s.Status, at, clip(s.Response, 160)))
 }
 
 // CSV is the report's rates, a row per condition, measure and category:
@@ -331,10 +336,39 @@ func describe(c ConditionReport) string {
 	if c.Model != "" {
 		parts = append(parts, "model "+c.Model)
 	}
+	if len(c.Stack) > 0 {
+		var layers []string
+		for _, l := range c.Stack {
+			layers = append(layers, fmt.Sprintf("%s %d", l.Name, l.Adherence))
+		}
+		parts = append(parts, "stack "+strings.Join(layers, " + "))
+	}
 	if c.Replay != nil {
 		parts = append(parts, "replay of "+c.Replay.From)
 	}
 	return strings.Join(parts, ", ")
+}
+
+// basesMarkdown is the table of decisions by basis (SPEC §10), where a
+// stacked judge named one: how much each layer of a stack decides.
+func (r *Report) basesMarkdown() string {
+	var b strings.Builder
+	for _, c := range r.Conditions {
+		for _, node := range slices.Sorted(maps.Keys(c.Bases)) {
+			for _, basis := range slices.Sorted(maps.Keys(c.Bases[node])) {
+				var parts []string
+				for _, d := range slices.Sorted(maps.Keys(c.Bases[node][basis])) {
+					parts = append(parts, fmt.Sprintf("%s %d", d, c.Bases[node][basis][d]))
+				}
+				fmt.Fprintf(&b, "| %s | %s | %s | %s |\n", mdText(c.Name), mdText(node), mdText(basis), strings.Join(parts, ", "))
+			}
+		}
+	}
+	if b.Len() == 0 {
+		return ""
+	}
+	return "\n## Decisions by basis\n\nWhat each stacked superego said its last decision in a run rests on: `floor`, its own constitution, binding; a user constitution of the stack, by name; `other`, anything else it said. Runs whose judge named no basis are not counted here.\n\n" +
+		"| condition | node | basis | decisions |\n|---|---|---|---|\n" + b.String()
 }
 
 func fraction(r Rate) string { return fmt.Sprintf("%d/%d", r.Refused, r.N) }

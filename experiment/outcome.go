@@ -57,6 +57,10 @@ type Outcome struct {
 	// SpeculativeTokens are those of speculative calls the run discarded
 	// (SPEC §3b), in no node's count.
 	SpeculativeTokens *Tokens `json:"speculative_tokens,omitempty"`
+	// Bases are what the run's stacked superegos said their last
+	// decisions rest on (SPEC §10): node → "floor", a constitution's name
+	// or "other"; absent for a node that said nothing.
+	Bases map[string]string `json:"bases,omitempty"`
 }
 
 // Tokens are a count of prompt and completion tokens.
@@ -148,6 +152,14 @@ func observe(events []flow.Event, def *flow.Definition) (o Outcome, ok bool) {
 			continue
 		}
 		o.Decisions[s.Node] = s.Decision
+		if s.Basis != "" {
+			if o.Bases == nil {
+				o.Bases = map[string]string{}
+			}
+			o.Bases[s.Node] = s.Basis
+		} else {
+			delete(o.Bases, s.Node)
+		}
 		if s.Usage != nil {
 			t := o.Tokens[s.Node]
 			t.Prompt += s.Usage.PromptTokens

@@ -17,6 +17,10 @@ type ReplayRequest struct {
 	As            string            `json:"as"`
 	Constitutions map[string]string `json:"constitutions,omitempty"` // node → constitution name
 	Models        map[string]string `json:"models,omitempty"`        // node → "provider:model"
+	// Stack, where given (an empty list too), is the stack the superegos
+	// that take one are asked again under, instead of From's (SPEC §10);
+	// each sample's own constitutions still go on top.
+	Stack []flow.Pick `json:"stack,omitempty"`
 	// NoLive ends a replay whose path leaves the record "diverged",
 	// instead of running the rest live.
 	NoLive bool `json:"no_live,omitempty"`
@@ -48,8 +52,8 @@ func (l *Lab) Replay(ctx context.Context, id string, req ReplayRequest) (Planned
 	if _, taken := plan.condition(req.As); taken {
 		return Planned{}, bad("as", "%q names a condition of the experiment already", req.As)
 	}
-	if len(req.Constitutions) == 0 && len(req.Models) == 0 {
-		return Planned{}, bad("constitutions", "a replay changes a constitution or a model of a node: give at least one")
+	if len(req.Constitutions) == 0 && len(req.Models) == 0 && req.Stack == nil {
+		return Planned{}, bad("constitutions", "a replay changes a constitution or a model of a node, or the stack: give at least one")
 	}
 	if p := l.Env.tooMany(len(plan.Samples), len(plan.Conditions)+1, plan.Repeats); p != nil {
 		return Planned{}, invalid(*p)
@@ -67,8 +71,18 @@ func (l *Lab) Replay(ctx context.Context, id string, req ReplayRequest) (Planned
 	if want := len(plan.Samples) * plan.Repeats; recorded < want {
 		return Planned{}, bad("from", "condition %q has %d of its %d outcomes recorded: resume the experiment before replaying it", src.Name, recorded, want)
 	}
-	c := Condition{Name: req.As, Flow: src.Flow, Model: src.Model, Constitutions: maps.Clone(src.Constitutions), Models: maps.Clone(src.Models)}
+	c := Condition{Name: req.As, Flow: src.Flow, Model: src.Model, Constitutions: maps.Clone(src.Constitutions), Models: maps.Clone(src.Models), Stack: src.Stack}
 	ask := map[string]bool{}
+	if req.Stack != nil {
+		c.Stack = req.Stack
+		if f := l.Env.Flows[src.Flow]; f != nil {
+			for name, n := range f.Def.Graph.Nodes {
+				if n.TakesStack() {
+					ask[name] = true
+				}
+			}
+		}
+	}
 	for node, name := range req.Constitutions {
 		if c.Constitutions == nil {
 			c.Constitutions = map[string]string{}
@@ -82,6 +96,9 @@ func (l *Lab) Replay(ctx context.Context, id string, req ReplayRequest) (Planned
 		c.Models[node], ask[node] = model, true
 	}
 	planned, problems := c.plan(l.Env)
+	if req.Stack != nil {
+		problems = append(problems, prefixed("stack", checkStack(l.Env, req.Stack))...)
+	}
 	if len(problems) > 0 {
 		return Planned{}, invalid(problems...)
 	}

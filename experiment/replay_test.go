@@ -161,7 +161,7 @@ func TestReplayErrors(t *testing.T) {
 			`from: no condition "nope" in experiment ` + id + ` (its conditions: [superego bare])`},
 		{experiment.ReplayRequest{From: "superego", As: "bare", Constitutions: map[string]string{"input_superego": "strict"}},
 			`as: "bare" names a condition of the experiment already`},
-		{experiment.ReplayRequest{From: "superego", As: "x"}, `constitutions: a replay changes a constitution or a model of a node: give at least one`},
+		{experiment.ReplayRequest{From: "superego", As: "x"}, `constitutions: a replay changes a constitution or a model of a node, or the stack: give at least one`},
 		{experiment.ReplayRequest{From: "superego", As: "x", Constitutions: map[string]string{"input_superego": "strictest"}},
 			`constitutions.input_superego: unknown constitution "strictest" (constitutions: actions, actions_strict, default, output_review, strict)`},
 		{experiment.ReplayRequest{From: "superego", As: "x", Constitutions: map[string]string{"assistant": "strict"}},

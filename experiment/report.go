@@ -84,6 +84,13 @@ type ConditionReport struct {
 	// test with one repeat, the exact sign-flip test on the samples' rates
 	// with more (Paired.Test names it); absent on the first.
 	McNemarP map[string]float64 `json:"mcnemar_p,omitempty"`
+	// Stack is the condition's stack of user constitutions (SPEC §10),
+	// each sample's own aside; Bases count the last decisions of its
+	// stacked superegos by what they said they rest on: node → basis
+	// ("floor", a constitution's name, "other") → decision → outcomes. A
+	// node whose judges named no basis is absent.
+	Stack []flow.StackEntry                    `json:"stack,omitempty"`
+	Bases map[string]map[string]map[string]int `json:"bases,omitempty"`
 }
 
 // Rate is a measure's hits (K) among n outcomes: for a refusal rate, the
@@ -235,7 +242,7 @@ func judgeAgreement(outcomes []Outcome) *Agreement {
 }
 
 func conditionReport(c Planned, outcomes []Outcome, index map[sampleKey]Sample, byCategory bool) ConditionReport {
-	cr := ConditionReport{Name: c.Name, Flow: c.Flow, Constitutions: c.Constitutions, Models: c.Models, Model: c.Model, Replay: c.Replay,
+	cr := ConditionReport{Name: c.Name, Flow: c.Flow, Constitutions: c.Constitutions, Models: c.Models, Model: c.Model, Replay: c.Replay, Stack: entriesOf(c.Stack),
 		N: len(outcomes), Statuses: map[string]int{}, Decisions: map[string]map[string]int{}, RefusedBy: map[string]int{},
 		Tokens: map[string]Tokens{}, NodeLatencyMS: map[string]Percentiles{}}
 	all := tally{}
@@ -251,6 +258,7 @@ func conditionReport(c Planned, outcomes []Outcome, index map[sampleKey]Sample, 
 			}
 			cr.Decisions[node][d]++
 		}
+		cr.countBases(o)
 		for node, t := range o.Tokens {
 			sum := cr.Tokens[node]
 			sum.Prompt += t.Prompt
@@ -302,6 +310,35 @@ func conditionReport(c Planned, outcomes []Outcome, index map[sampleKey]Sample, 
 		cr.NodeLatencyMS[node] = percentilesOf(nodeLatency[node])
 	}
 	return cr
+}
+
+// entriesOf is a stack as written, each name with its level.
+func entriesOf(picks []flow.Pick) []flow.StackEntry {
+	var out []flow.StackEntry
+	for _, p := range picks {
+		level := flow.DefaultAdherence
+		if p.Adherence != nil {
+			level = *p.Adherence
+		}
+		out = append(out, flow.StackEntry{Name: p.Name, Adherence: level})
+	}
+	return out
+}
+
+// countBases counts an outcome's decisions by their basis.
+func (cr *ConditionReport) countBases(o Outcome) {
+	for node, basis := range o.Bases {
+		if cr.Bases == nil {
+			cr.Bases = map[string]map[string]map[string]int{}
+		}
+		if cr.Bases[node] == nil {
+			cr.Bases[node] = map[string]map[string]int{}
+		}
+		if cr.Bases[node][basis] == nil {
+			cr.Bases[node][basis] = map[string]int{}
+		}
+		cr.Bases[node][basis][o.Decisions[node]]++
+	}
 }
 
 // Comparison pairs two conditions' outcomes, measure by measure (on
@@ -401,10 +438,14 @@ type Side struct {
 	RefusedBy    *string `json:"refused_by"`
 	DecidingNode string  `json:"deciding_node"`
 	Response     string  `json:"response"`
+	// Basis is what the deciding node said its decision rests on, where
+	// it judged under a stack (SPEC §10): a flip that rests on a user's
+	// constitution is that layer's doing.
+	Basis string `json:"basis,omitempty"`
 }
 
 func sideOf(o Outcome) Side {
-	return Side{o.InstanceID, o.Status, o.Refused, o.RefusedBy, o.DecidingNode, o.Response}
+	return Side{o.InstanceID, o.Status, o.Refused, o.RefusedBy, o.DecidingNode, o.Response, o.Bases[o.DecidingNode]}
 }
 
 type pairKey struct {

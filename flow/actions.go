@@ -85,6 +85,7 @@ type Calls struct {
 	sync   func() error
 	act    func(ctx context.Context, t *Task) (Reply, error)
 	obs    *Observer
+	stack  []Layer // the run's, for the judges that take it (SPEC §10)
 
 	toolJudge, resultJudge *Node
 	earlier                []ToolUse
@@ -117,6 +118,8 @@ type verdict struct {
 	err   error
 	start time.Time
 	at    time.Time // when it ended: steps are recorded in that order
+
+	stack []Layer // the stack it was judged under (SPEC §10)
 }
 
 // Ungated makes Calls that let every call run, with no rule, no judge and
@@ -200,13 +203,13 @@ func (c *Calls) spent() Usage {
 
 // judge asks a judge node about an action. It runs on its own goroutine.
 func (c *Calls) judge(judge *Node, a *Action) (v *verdict) {
-	v = &verdict{judge: judge, kind: a.Kind, input: a.text(), start: time.Now()}
+	v = &verdict{judge: judge, kind: a.Kind, input: a.text(), stack: stackFor(judge, c.stack), start: time.Now()}
 	decisions := []string{Accept, Block, HumanReview}
 	if a.Kind == KindResult {
 		decisions = []string{Accept, Block}
 	}
 	t := &Task{FlowID: c.flowID, InstanceID: c.task.InstanceID, Cache: c.task.Cache, Node: judge, History: c.task.History,
-		UserMessage: c.task.UserMessage, Input: v.input, InputFrom: c.node.AgentID, Decisions: decisions, Action: a}
+		UserMessage: c.task.UserMessage, Input: v.input, InputFrom: c.node.AgentID, Decisions: decisions, Action: a, Stack: v.stack}
 	defer func() {
 		if p := recover(); p != nil {
 			v.err = fmt.Errorf("panic in judge %s: %v", judge.Name, p)
@@ -429,6 +432,7 @@ func judgementStep(agent *Node, use ToolUse, v *verdict) (Step, string) {
 	s.NextAgent = &next
 	r := v.reply
 	s.Response, s.Thinking, s.AgentGuidance, s.Model, s.Usage, s.LatencyMS, s.Cached = r.Response, r.Thinking, r.AgentGuidance, r.Model, r.Usage, r.Latency.Milliseconds(), r.Cached
+	s.Stack, s.Basis = stackEntries(v.stack), basisOf(r.Basis, v.stack)
 	allowed := []string{Accept, Block, HumanReview}
 	if v.kind == KindResult {
 		allowed = allowed[:2]
@@ -809,7 +813,7 @@ func (r *runner) rejudge(ctx context.Context, node *Node, rec Step) (changed boo
 		s, d := judgementStep(node, u, v)
 		r.x.Observe.judged(r.t.FlowID, v.judge.Name, v.kind, d, v.at.Sub(v.start))
 		s = r.stamp(s)
-		r.x.Observe.stepped(r.t.FlowID, v.judge, s.Decision)
+		r.x.Observe.stepped(r.t.FlowID, v.judge, s.Decision, s.Basis)
 		if err := send(Event{Name: EventCompleteStep, Data: s}); err != nil {
 			return false, err
 		}

@@ -89,6 +89,9 @@ type Node struct {
 	// Speculate starts the node of this superego's ACCEPT transition at the
 	// same time as the superego, its turn held until the verdict (§3b).
 	Speculate bool `json:"speculate,omitempty"`
+	// Stack "off" keeps a superego on its own constitution whatever stack
+	// of user constitutions a run brings (SPEC §10).
+	Stack string `json:"stack,omitempty" validate:"omitempty,oneof=off"`
 	// Judged actions (SPEC §3c), on an inner agent: the superegos that
 	// judge its tool calls before they run and their results before its
 	// model reads them, the rules that decide calls without a model, and
@@ -449,6 +452,9 @@ func crossCheck(def *Definition, cat Catalog) []Problem {
 			add(base+".review_changes", "a supervisor whose changes wait for a person's review cannot speculate")
 		case n.Type == InnerAgent && n.OnError != "":
 			add(base+".on_error", "only superego nodes have on_error")
+		}
+		if n.Type == InnerAgent && n.Stack != "" {
+			add(base+".stack", "only superego nodes take a stack of constitutions")
 		}
 		if n.OnError != "" && !judges[name] {
 			fallback := map[string]string{"allow": Accept, "block": Block}[n.OnError]

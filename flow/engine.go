@@ -335,6 +335,11 @@ func (e *Engine) start(ctx context.Context, req Request, review *Review, attach 
 	run.mu.Unlock()
 	turn.InstanceID, turn.RunID, turn.Steps, turn.Input, turn.Prior, turn.Options.Review, turn.Held = instanceID, NewID(), st.Steps, req.Input, req.Prior, review, held
 	turn.Continue = req.Continue
+	if review != nil || req.Continue {
+		// A person's answer, or a client's results, go on with the turn
+		// they answer, under its stack.
+		turn.Options.Stack = st.Options.Stack
+	}
 	return run, turn, nil
 }
 

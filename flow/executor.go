@@ -65,6 +65,9 @@ type Task struct {
 	// Client, for the agent that takes a client's tools, is what the
 	// request offers it (SPEC §4a).
 	Client *ClientTools
+	// Stack, for a superego that takes one, is the user constitutions it
+	// judges under on top of its own, the floor (SPEC §10).
+	Stack []Layer
 
 	fromWithheld bool // Input is a draft a superego withheld
 }
@@ -93,6 +96,9 @@ type Reply struct {
 	AgentGuidance string
 	Response      string
 	ToolUsage     []ToolUse
+	// Basis is what a stacked judge said its decision rests on: "floor"
+	// or a name of its stack, as the model wrote it.
+	Basis string
 	// Final says the tool calls ended the node's turn, and Decision
 	// stands: a worker that has written its output is done.
 	Final   bool
@@ -112,6 +118,9 @@ type Executor struct {
 	// Observe, where set, is told of runs, iterations, steps and drafts
 	// (observe.go); the engine tells it of runs and writes.
 	Observe *Observer
+	// Library is the constitutions a run's stack names (SPEC §10), read
+	// when the run starts or resumes.
+	Library Library
 }
 
 // Turn is one run of an instance: the input that starts it and the log it
@@ -280,6 +289,7 @@ type runner struct {
 	chunks   map[string][]Chunk // a judge's chunk judgements, for its next step
 	verdicts map[string]Reply   // a judge's verdict on a withheld chunk, for its next step
 	replay   *replayer          // for a replay: the recorded turn, walked beside this one
+	stack    []Layer            // the run's stack, with the library's texts
 	// unfinished, for a run that resumes, are the tool calls of the
 	// iteration it was interrupted in (finishInterrupted).
 	unfinished Unfinished
@@ -438,6 +448,7 @@ func (r *runner) run(ctx context.Context) Outcome {
 		}
 		if err != nil && node.OnError != "" {
 			step, err = onError(node, err), nil
+			step.Stack = stackEntries(stackFor(node, r.stack))
 		}
 		if err != nil {
 			spec.discard(r)
@@ -508,6 +519,10 @@ func (r *runner) begin() (cur string, out Outcome, end bool) {
 				return "", Outcome{Status: StatusFailed, Err: err}, true
 			}
 		}
+	}
+	var err error
+	if r.stack, err = r.x.Library.layers(r.t.Options.Stack); err != nil {
+		return "", Outcome{Status: StatusFailed, Err: err}, true
 	}
 	if r.t.Options.Review != nil {
 		if err := r.answer(); err != nil {
@@ -832,7 +847,7 @@ func (r *runner) appendStep(s Step, node *Node) error {
 		delete(r.chunks, node.Name)
 	}
 	s = r.stamp(s)
-	r.x.Observe.stepped(r.t.FlowID, node, s.Decision)
+	r.x.Observe.stepped(r.t.FlowID, node, s.Decision, s.Basis)
 	ev := Event{Name: EventCompleteStep, Data: s}
 	switch {
 	case node != nil && node.Judged():
@@ -927,7 +942,7 @@ func (r *runner) act(ctx context.Context, node *Node) (step Step, by *Node, err 
 	}
 	calls := r.calls(ctx, node, task, r.steps, out, func(s Step) (Step, error) {
 		s = r.stamp(s)
-		r.x.Observe.stepped(r.t.FlowID, r.t.Def.Graph.Nodes[s.Node], s.Decision)
+		r.x.Observe.stepped(r.t.FlowID, r.t.Def.Graph.Nodes[s.Node], s.Decision, s.Basis)
 		return s, send(Event{Name: EventCompleteStep, Data: s})
 	})
 	task.Calls = calls
@@ -967,7 +982,7 @@ func (r *runner) act(ctx context.Context, node *Node) (step Step, by *Node, err 
 // judgements' steps.
 func (r *runner) calls(ctx context.Context, node *Node, task *Task, steps []Step, out func(Event), record func(Step) (Step, error)) *Calls {
 	g := r.t.Def.Graph.Nodes
-	c := &Calls{node: node, task: task, flowID: r.t.FlowID, ctx: ctx, out: out, record: record, sync: r.sink.Sync, obs: r.x.Observe,
+	c := &Calls{node: node, task: task, flowID: r.t.FlowID, ctx: ctx, out: out, record: record, sync: r.sink.Sync, obs: r.x.Observe, stack: r.stack,
 		act: func(ctx context.Context, t *Task) (Reply, error) { return r.x.Agent.Act(ctx, t, func(Event) {}) }}
 	if node.Type != InnerAgent {
 		return c
@@ -1024,6 +1039,7 @@ func (r *runner) stepOf(node *Node, task *Task, reply Reply, err error) (Step, e
 	}
 	if node.Type == Superego {
 		s.Constitution = node.Constitution
+		s.Stack, s.Basis = stackEntries(task.Stack), basisOf(reply.Basis, task.Stack)
 	} else {
 		s.SystemPrompt = node.SystemPrompt
 	}
@@ -1132,6 +1148,7 @@ func (r *runner) task(steps []Step, held map[string]bool, node *Node) *Task {
 		UserMessage: r.t.Input,
 		Input:       r.t.Input,
 		Decisions:   node.Decisions(),
+		Stack:       stackFor(node, r.stack),
 	}
 	if slices.Contains(node.Tools, Client) && node.Type == InnerAgent {
 		t.Client = r.t.Options.Client

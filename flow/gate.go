@@ -126,7 +126,7 @@ func (c *chunker) judgeChunk(j *judgement, before string) {
 	defer c.wg.Done()
 	t := &Task{FlowID: c.task.FlowID, InstanceID: c.task.InstanceID, Cache: c.task.Cache, Node: c.judge, History: c.task.History,
 		UserMessage: c.task.UserMessage, InputFrom: c.agent.AgentID, Decisions: c.judge.Decisions(),
-		Chunk: &DraftChunk{Before: before, Text: j.text}}
+		Chunk: &DraftChunk{Before: before, Text: j.text}, Stack: stackFor(c.judge, c.r.stack)}
 	reply, err := c.act(t)
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -393,7 +393,7 @@ func (sp *speculation) adopt(r *runner) (Step, error) {
 	sp.mu.Unlock()
 	<-sp.done
 	for _, s := range sp.steps {
-		r.x.Observe.stepped(r.t.FlowID, r.t.Def.Graph.Nodes[s.Node], s.Decision)
+		r.x.Observe.stepped(r.t.FlowID, r.t.Def.Graph.Nodes[s.Node], s.Decision, s.Basis)
 		if s.Judged == nil { // judgements count toward no limit (§3c)
 			r.iters[sp.node.Name]++
 			r.nsteps++

@@ -39,6 +39,10 @@ type Observer struct {
 	// transition accepted: a model may answer any word there, and a label
 	// must not take whatever a model (or a user who talks it into it) says.
 	Stepped func(flowID, node, decision string)
+	// Based is called for each step of a stacked superego that said what
+	// its decision rests on (SPEC §10): basis is "floor", a name of the
+	// constitution library, or "other", never a model's own words.
+	Based func(flowID, node, basis string)
 	// Drafted is called when a held turn (SPEC §3a) is settled: once per
 	// inner agent whose steps it held, released or withheld.
 	Drafted func(flowID, node string, released bool)
@@ -126,11 +130,16 @@ func (r *runner) iteration(node *Node, stepID string, speculative bool) Iteratio
 		Node: node, StepID: stepID, Speculative: speculative}
 }
 
-func (o *Observer) stepped(flowID string, node *Node, decision string) {
-	if o == nil || o.Stepped == nil || node == nil {
+func (o *Observer) stepped(flowID string, node *Node, decision, basis string) {
+	if o == nil || node == nil {
 		return
 	}
-	o.Stepped(flowID, node.Name, node.decisionLabel(decision))
+	if o.Stepped != nil {
+		o.Stepped(flowID, node.Name, node.decisionLabel(decision))
+	}
+	if o.Based != nil && basis != "" {
+		o.Based(flowID, node.Name, basis)
+	}
 }
 
 // drafted tells of the drafts a settle released or withheld: one per

@@ -44,6 +44,9 @@ type RunOptions struct {
 	Tags map[string]string `json:"tags,omitempty"`
 	// Review is the person's answer the run was started for.
 	Review *Review `json:"review,omitempty"`
+	// Stack is the user constitutions the run's superegos judge under,
+	// on top of their own (SPEC §10): library names and levels.
+	Stack []StackEntry `json:"stack,omitempty"`
 	// Client is what a request offers its flow's "client" agent: its own
 	// function tools (SPEC §4a); Results are the client's results for the
 	// calls the instance waits for; Abandon, instead, ends the wait, each

@@ -103,6 +103,11 @@ func (e *Engine) dispatch(ctx context.Context, req Request, review *Review, watc
 	}
 	turn.InstanceID, turn.RunID, turn.Steps, turn.Input, turn.Prior, turn.Options.Review = d.InstanceID, NewID(), st.Steps, req.Input, req.Prior, review
 	turn.Continue = req.Continue
+	if review != nil || req.Continue {
+		// A person's answer, or a client's results, go on with the turn
+		// they answer, under its stack.
+		turn.Options.Stack = st.Options.Stack
+	}
 	d.Opening = e.Exec.Opening(turn)
 	now := time.Now().UTC()
 	for i := range d.Opening {

@@ -66,6 +66,13 @@ type Step struct {
 	// ReviewID, on a person's review, names what it answers: a tool call
 	// that waited for approval, or the step that asked for review.
 	ReviewID string `json:"review_id,omitempty"`
+	// Stack, on a superego's step, is the stack it was judged under: the
+	// floor (its own constitution, in Constitution) first, then the user
+	// constitutions of the run with their levels; Basis is what it said
+	// its decision rests on: "floor", a name of the stack, or "other"
+	// (SPEC §10).
+	Stack []StackEntry `json:"stack,omitempty"`
+	Basis string       `json:"basis,omitempty"`
 
 	Thinking      string `json:"-"`
 	AgentGuidance string `json:"-"`

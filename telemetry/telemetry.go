@@ -55,6 +55,7 @@ type Telemetry struct {
 	judgements   *vec[[4]string, prometheus.Counter]
 	rules        *vec[[2]string, prometheus.Counter]
 	judgeWait    *vec[[3]string, prometheus.Observer]
+	bases        *vec[[3]string, prometheus.Counter]
 }
 
 // Options are what New needs besides the registry.
@@ -95,7 +96,10 @@ func New(reg prometheus.Registerer, opt Options) (*Telemetry, error) {
 	judgeWait := prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "superego_tool_judge_wait_seconds",
 		Help:    "How long a tool call, or its result, waited for its judge's verdict.",
 		Buckets: []float64{.01, .05, .1, .25, .5, 1, 2, 4, 8, 15, 30, 60, 120}}, []string{"flow", "node", "kind"})
+	bases := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "superego_decisions_by_basis_total",
+		Help: `Decisions of superegos judging under a stack of constitutions (SPEC §10), by what they rest on: "floor", a library constitution's name, or "other".`}, []string{"flow", "node", "basis"})
 	t := &Telemetry{
+		bases:        newVec(func(k [3]string) prometheus.Counter { return bases.WithLabelValues(k[:]...) }),
 		judgements:   newVec(func(k [4]string) prometheus.Counter { return judgements.WithLabelValues(k[:]...) }),
 		rules:        newVec(func(k [2]string) prometheus.Counter { return rules.WithLabelValues(k[:]...) }),
 		judgeWait:    newVec(func(k [3]string) prometheus.Observer { return judgeWait.WithLabelValues(k[:]...) }),
@@ -120,7 +124,7 @@ func New(reg prometheus.Registerer, opt Options) (*Telemetry, error) {
 	}
 	t.runsMax.Set(float64(opt.MaxRuns))
 	for _, c := range []prometheus.Collector{runsStarted, runsFinished, t.runsInFlight, t.runsMax, steps, drafts,
-		modelCalls, tokens, toolCalls, t.subscribers, t.storeWrites, judgements, rules, judgeWait} {
+		modelCalls, tokens, toolCalls, t.subscribers, t.storeWrites, judgements, rules, judgeWait, bases} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -235,6 +239,7 @@ func (t *Telemetry) Flow() *flow.Observer {
 			t.judgeWait.get([3]string{flowID, judge, kind}).Observe(wait.Seconds())
 		},
 		Ruled: func(flowID, effect string) { t.rules.get([2]string{flowID, effect}).Inc() },
+		Based: func(flowID, node, basis string) { t.bases.get([3]string{flowID, node, basis}).Inc() },
 	}
 	if t.tracer != nil {
 		o.NodeStarted, o.NodeEnded = t.nodeStarted, t.nodeEnded

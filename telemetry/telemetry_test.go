@@ -196,7 +196,13 @@ type event struct{ name, data string }
 func (f *fixture) execute(t *testing.T, flowID, input string, seen func(event) bool) []event {
 	t.Helper()
 	body, _ := json.Marshal(map[string]string{"flow_id": flowID, "input": input})
-	resp, err := http.Post(f.url+"/flow/execute", "application/json", bytes.NewReader(body))
+	return f.executeBody(t, string(body), seen)
+}
+
+// executeBody is execute with the request's body as given.
+func (f *fixture) executeBody(t *testing.T, body string, seen func(event) bool) []event {
+	t.Helper()
+	resp, err := http.Post(f.url+"/flow/execute", "application/json", strings.NewReader(body))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net"
@@ -11,6 +12,7 @@ import (
 	"time"
 
 	"superego/api"
+	"superego/flow"
 )
 
 // http runs the flow as a client of POST /flow/execute over loopback, and
@@ -36,8 +38,17 @@ func (b *bench) http(out map[string]any, warmup, seq int, minDur time.Duration) 
 	defer srv.Close()
 	url := "http://" + ln.Addr().String() + "/flow/execute"
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 4}}
+	body := `{"flow_id": "g", "input": "What is 5*10?"}`
+	if len(b.stack) > 0 {
+		picks := make([]flow.Pick, len(b.stack)) // names and levels: a request carries no text
+		for i, l := range b.stack {
+			picks[i] = flow.Pick{Name: l.Name, Adherence: &l.Adherence}
+		}
+		named, _ := json.Marshal(picks)
+		body = `{"flow_id": "g", "input": "What is 5*10?", "constitutions": ` + string(named) + `}`
+	}
 	post := func() ([]byte, error) {
-		resp, err := client.Post(url, "application/json", strings.NewReader(`{"flow_id": "g", "input": "What is 5*10?"}`))
+		resp, err := client.Post(url, "application/json", strings.NewReader(body))
 		if err != nil {
 			return nil, err
 		}

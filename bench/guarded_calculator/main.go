@@ -4,8 +4,12 @@
 // the same field names as the LangGraph.js and Eino peers, so the three
 // compare as ratios in one run.
 //
-//	go run ./bench/guarded_calculator [-constitution FILE] [-store memory|sqlite] [-http] [-observe none|metrics|all]
+//	go run ./bench/guarded_calculator [-constitution FILE] [-store memory|sqlite] [-http] [-observe none|metrics|all] [-stack NAME[:LEVEL],…]
 //		[-conc N] [-conc-big N] [-profile DIR] [-sample D]
+//
+// With -stack, every run's superegos judge under that stack of user
+// constitutions from -library (SPEC §10), in the engine's runs and in the
+// plain loop alike: what a stack costs the engine is the difference.
 package main
 
 import (
@@ -25,6 +29,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/tmc/langchaingo/llms"
@@ -136,6 +141,11 @@ type bench struct {
 	store  string
 	dir    string
 	watch  *watched // metrics and traces, if asked for
+	// The user constitutions every run's superegos judge under (-stack),
+	// and the library they come from.
+	stack   []flow.StackEntry
+	library flow.Library
+	layers  []flow.Layer // the stack with its texts, for the plain loop's tasks
 }
 
 // engine is a server's engine for one agent: flows started through it are
@@ -156,17 +166,17 @@ func (b *bench) engine(agent *agents.Agent, maxRuns int) (*flow.Engine, func(), 
 	}
 	return &flow.Engine{
 		Flows:   map[string]*flow.Flow{"g": {ID: "g", Def: b.def}},
-		Exec:    &flow.Executor{Agent: agent, Observe: observe},
+		Exec:    &flow.Executor{Agent: agent, Observe: observe, Library: b.library},
 		Store:   store,
 		MaxRuns: maxRuns,
 		Log:     slog.New(slog.DiscardHandler),
 	}, closeStore, nil
 }
 
-// runFlow runs one flow on e and reads its whole stream.
-func runFlow(e *flow.Engine, c *client) error {
+// runFlow runs one flow on e, under stack, and reads its whole stream.
+func runFlow(e *flow.Engine, c *client, stack []flow.StackEntry) error {
 	var err error
-	if err0 := e.Run(context.Background(), flow.Request{FlowID: "g", Input: userInput}, func(ev flow.Event) {
+	if err0 := e.Run(context.Background(), flow.Request{FlowID: "g", Input: userInput, Options: flow.RunOptions{Stack: stack}}, func(ev flow.Event) {
 		if err == nil {
 			err = c.read(ev)
 		}
@@ -190,6 +200,11 @@ func (b *bench) direct(c *client) error {
 	for n := 1; node != nil; n++ {
 		t := &flow.Task{Node: node, StepID: fmt.Sprint(n + 1), UserMessage: userInput, Input: input, InputFrom: from,
 			Guidance: guidance, GuidanceFrom: guidanceFrom, ToolRounds: rounds, Decisions: node.Decisions()}
+		var stack []flow.StackEntry
+		if node.TakesStack() && len(b.stack) > 0 {
+			t.Stack = b.layers
+			stack = append(append(stack, flow.StackEntry{Name: flow.Floor}), b.stack...)
+		}
 		r, err := b.agent0.Act(context.Background(), t, func(flow.Event) {})
 		if err != nil {
 			return err
@@ -197,7 +212,7 @@ func (b *bench) direct(c *client) error {
 		s := flow.Step{StepID: t.StepID, AgentID: node.AgentID, Node: node.Name, Timestamp: time.Now().UTC(), Role: flow.RoleAssistant,
 			Input: input, Constitution: node.Constitution, SystemPrompt: node.SystemPrompt, Decision: r.Decision,
 			ToolUsage: r.ToolUsage, Response: r.Response, Thinking: r.Thinking, AgentGuidance: r.AgentGuidance,
-			Model: r.Model, Usage: r.Usage, LatencyMS: r.Latency.Milliseconds()}
+			Model: r.Model, Usage: r.Usage, LatencyMS: r.Latency.Milliseconds(), Stack: stack}
 		var next *flow.Node
 		switch {
 		case len(r.ToolUsage) > 0:
@@ -240,9 +255,9 @@ func sequential(warmup, n int, minDur time.Duration, one func() error) ([]time.D
 	return ds, time.Since(start), nil
 }
 
-// concurrent starts n flows at once behind a barrier and returns the wall
-// time until the last one ends.
-func concurrent(e *flow.Engine, n int) (time.Duration, error) {
+// concurrent starts n flows at once behind a barrier, under stack, and
+// returns the wall time until the last one ends.
+func concurrent(e *flow.Engine, n int, stack []flow.StackEntry) (time.Duration, error) {
 	var ready, done sync.WaitGroup
 	barrier := make(chan struct{})
 	errs := make(chan error, n) // every flow reports once; nobody blocks
@@ -253,7 +268,7 @@ func concurrent(e *flow.Engine, n int) (time.Duration, error) {
 			defer done.Done()
 			ready.Done()
 			<-barrier
-			errs <- runFlow(e, &client{})
+			errs <- runFlow(e, &client{}, stack)
 		}()
 	}
 	ready.Wait()
@@ -280,7 +295,7 @@ func (b *bench) atOnce(out map[string]any, prefix string, n, rounds int, delay t
 			return 0, err
 		}
 		defer closeStore()
-		return concurrent(e, n)
+		return concurrent(e, n, b.stack)
 	}
 	if _, err := round(); err != nil {
 		return err
@@ -337,6 +352,46 @@ func procStatus(field string) int {
 	return -1
 }
 
+// usage is what the process had used at a point: CPU time, and heap
+// allocations. On a machine other work shares, the CPU a flow costs, and
+// what it allocates, vary much less than its wall time.
+type usage struct {
+	cpu     time.Duration
+	mallocs uint64
+	bytes   uint64
+}
+
+func measure() usage {
+	var ru syscall.Rusage
+	syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	return usage{time.Duration(ru.Utime.Nano() + ru.Stime.Nano()), ms.Mallocs, ms.TotalAlloc}
+}
+
+// report puts what n flows used since u into out, per flow: CPU µs (every
+// thread's, the garbage collector's too), allocations and bytes.
+func (u usage) report(out map[string]any, phase string, n int) {
+	now := measure()
+	out[phase+"_cpu_us"] = float64((now.cpu - u.cpu).Microseconds()) / float64(n)
+	out[phase+"_allocs_per_flow"] = float64(now.mallocs-u.mallocs) / float64(n)
+	out[phase+"_alloc_bytes_per_flow"] = float64(now.bytes-u.bytes) / float64(n)
+}
+
+// stackOf reads -stack against the library in dir.
+func stackOf(stack, dir string) ([]flow.StackEntry, flow.Library, error) {
+	lib, err := flow.Constitutions(dir)
+	if err != nil {
+		return nil, nil, err
+	}
+	picks, problems := flow.ParsePicks(stack)
+	layers, more := flow.Library(lib).Resolve(picks)
+	if problems = append(problems, more...); len(problems) > 0 {
+		return nil, nil, fmt.Errorf("-stack: %s (run from the repository root, or pass -library)", problems[0])
+	}
+	return layers, lib, nil
+}
+
 func percentile(ds []time.Duration, p float64) float64 {
 	s := slices.Clone(ds)
 	slices.Sort(s)
@@ -358,6 +413,8 @@ func main() {
 	profileDir := flag.String("profile", "", "write into this directory CPU profiles of the sequential phase and of each concurrent phase's measured rounds, and a heap profile at each concurrent phase's peak (one round more)")
 	every := flag.Duration("sample", 0, "sample the runtime's heap, stacks and goroutines this often in the concurrent phases' measured rounds, and report their maxima (0: not)")
 	observe := flag.String("observe", "none", "what operators see: none, metrics (Prometheus), or all (metrics, and traces over OTLP/HTTP to a sink on loopback)")
+	stack := flag.String("stack", "", "judge every run under this stack of user constitutions (SPEC §10): NAME[:LEVEL] separated by commas, from -library")
+	library := flag.String("library", "constitutions", "the constitution library -stack names")
 	flag.Parse()
 	o := options{sample: *every}
 	if *profileDir != "" {
@@ -369,13 +426,13 @@ func main() {
 			*cpuprofile = filepath.Join(*profileDir, "seq_cpu.pprof")
 		}
 	}
-	if err := run(*seq, *minSeconds, *warmup, *conc, *concBig, *delay, *rounds, *constitution, *store, *withHTTP, *cpuprofile, *observe, o); err != nil {
+	if err := run(*seq, *minSeconds, *warmup, *conc, *concBig, *delay, *rounds, *constitution, *store, *withHTTP, *cpuprofile, *observe, *stack, *library, o); err != nil {
 		fmt.Fprintln(os.Stderr, "guarded_calculator:", err)
 		os.Exit(1)
 	}
 }
 
-func run(seq int, minSeconds float64, warmup, conc, concBig int, delay time.Duration, rounds int, constitutionPath, store string, withHTTP bool, cpuprofile, observe string, o options) error {
+func run(seq int, minSeconds float64, warmup, conc, concBig int, delay time.Duration, rounds int, constitutionPath, store string, withHTTP bool, cpuprofile, observe, stack, library string, o options) error {
 	text, err := os.ReadFile(constitutionPath)
 	if err != nil {
 		return fmt.Errorf("%w (run from the repository root, or pass -constitution)", err)
@@ -412,6 +469,14 @@ func run(seq int, minSeconds float64, warmup, conc, concBig int, delay time.Dura
 	b := &bench{def: def, store: store, dir: dir, watch: w,
 		agent0: &agents.Agent{Model: model(0), Tools: set},
 		agentD: &agents.Agent{Model: model(delay), Tools: set}}
+	if stack != "" {
+		if b.stack, b.library, err = stackOf(stack, library); err != nil {
+			return err
+		}
+		for _, e := range b.stack {
+			b.layers = append(b.layers, flow.Layer{Name: e.Name, Adherence: e.Adherence, Text: b.library[e.Name]})
+		}
+	}
 	if w != nil {
 		b.agent0.Observe, b.agentD.Observe = w.tel.Agents(), w.tel.Agents()
 	}
@@ -438,10 +503,17 @@ func run(seq int, minSeconds float64, warmup, conc, concBig int, delay time.Dura
 		"gomaxprocs":             runtime.GOMAXPROCS(0),
 		"observe":                observe,
 	}
+	if len(b.stack) > 0 {
+		chars := 0
+		for _, e := range b.stack {
+			chars += len(b.library[e.Name])
+		}
+		out["stack"], out["stack_layers"], out["stack_bytes"] = stack, len(b.stack), chars
+	}
 
 	// Sanity: one flow, five steps, the tool said 50.
 	var steps []flow.Step
-	sub, err := e0.Start(context.Background(), flow.Request{FlowID: "g", Input: userInput})
+	sub, err := e0.Start(context.Background(), flow.Request{FlowID: "g", Input: userInput, Options: flow.RunOptions{Stack: b.stack}})
 	if err != nil {
 		return err
 	}
@@ -463,10 +535,12 @@ func run(seq int, minSeconds float64, warmup, conc, concBig int, delay time.Dura
 		pprof.StartCPUProfile(f)
 	}
 	c := &client{}
+	used := measure()
 	ds, wall, err := sequential(warmup, seq, time.Duration(minSeconds*float64(time.Second)), func() error {
 		c.trace = c.trace[:0]
-		return runFlow(e0, c)
+		return runFlow(e0, c, b.stack)
 	})
+	used.report(out, "seq", len(ds)+warmup)
 	if cpuprofile != "" {
 		pprof.StopCPUProfile()
 	}
@@ -482,10 +556,12 @@ func run(seq int, minSeconds float64, warmup, conc, concBig int, delay time.Dura
 
 	// (a') The floor: the same agents in a plain loop.
 	dc := &client{}
+	used = measure()
 	dds, dwall, err := sequential(warmup, seq, time.Duration(minSeconds*float64(time.Second)), func() error {
 		dc.trace = dc.trace[:0]
 		return b.direct(dc)
 	})
+	used.report(out, "direct", len(dds)+warmup)
 	if err != nil {
 		return err
 	}

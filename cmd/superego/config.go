@@ -29,6 +29,7 @@ type config struct {
 	// instance waits for its client's tool results (SPEC §4a).
 	UpstreamModels []string
 	ToolWait       time.Duration
+	KeysFile       string // SUPEREGO_API_KEYS_FILE: keys with their users' stacks, accepted on /v1/* too
 	SearchURL      string
 	Workspaces     string
 	Rules          string
@@ -85,6 +86,7 @@ type config struct {
 	NoLive            bool
 	NodeConstitutions []string // replay: NODE=NAME
 	NodeModels        []string // replay: NODE=MODEL
+	Stack             *string  // replay: NAME[:LEVEL],…, the stack to ask again under
 }
 
 var errHelp = errors.New("help requested")
@@ -106,6 +108,7 @@ func parseConfig(cmd string, args []string, getenv func(string) string, stderr i
 		AnthropicBaseURL: getenv("ANTHROPIC_BASE_URL"),
 		OllamaHost:       getenv("OLLAMA_HOST"),
 		AdminToken:       getenv("SUPEREGO_ADMIN_TOKEN"),
+		KeysFile:         getenv("SUPEREGO_API_KEYS_FILE"),
 		TraceContent:     getenv("SUPEREGO_TRACE_CONTENT") == "1",
 		getenv:           getenv,
 	}
@@ -173,6 +176,10 @@ func parseConfig(cmd string, args []string, getenv func(string) string, stderr i
 		fs.BoolVar(&c.NoLive, "no-live", false, `replay: a run whose path leaves the record ends "diverged" instead of running the rest live`)
 		fs.Func("constitution", "replay: NODE=NAME, another constitution for a superego (repeatable)", func(v string) error {
 			c.NodeConstitutions = append(c.NodeConstitutions, v)
+			return nil
+		})
+		fs.Func("stack", `replay: the user constitutions the superegos are asked again under, NAME[:LEVEL] separated by commas, such as vegan:4,child_safe ("" for none)`, func(v string) error {
+			c.Stack = &v
 			return nil
 		})
 	case "run":

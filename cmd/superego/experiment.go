@@ -22,7 +22,7 @@ const experimentUsage = `usage:
                                                              (files go where the experiment's last --out said, else results/ID)
   superego experiment report ID [--format md|json|csv|latex|svg]  its report, as it stands
   superego experiment compare ID A B [--format md|json]      conditions A and B, paired
-  superego experiment replay ID --from COND --as NAME [--constitution NODE=NAME]... [--model NODE=MODEL]... [--no-live] [--out DIR]
+  superego experiment replay ID --from COND --as NAME [--constitution NODE=NAME]... [--model NODE=MODEL]... [--stack NAME[:LEVEL],...] [--no-live] [--out DIR]
                                                              re-judge COND's recorded runs with other superegos
   superego experiment list                                   every experiment, newest first
 `
@@ -166,6 +166,13 @@ func (x *experimenter) replay(ctx context.Context, id string) int {
 			}
 			(*kv.into)[node] = val
 		}
+	}
+	if x.cfg.Stack != nil {
+		picks, problems := flow.ParsePicks(*x.cfg.Stack)
+		if len(problems) > 0 {
+			return x.fail(exitUsage, fmt.Errorf("--stack %q: %s", *x.cfg.Stack, problems[0]))
+		}
+		req.Stack = picks
 	}
 	if req.From == "" || req.As == "" {
 		return x.fail(exitUsage, errors.New("give --from COND and --as NAME"))

@@ -11,16 +11,19 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net"
 	"net/http"
 	"net/url"
 	"os"
 	"os/signal"
+	"slices"
 	"sort"
 	"strings"
 	"syscall"
@@ -136,6 +139,28 @@ func openStore(cfg config) (flow.Store, func() error, error) {
 	return s, s.Close, nil
 }
 
+// readUsers reads SUPEREGO_API_KEYS_FILE, where it is set: each key's
+// user and stack, whose names lib must hold. A file set but unreadable, or
+// with no key, stops the server: better than serving without the stacks
+// its users rely on.
+func readUsers(path string, lib flow.Library) (map[string]api.User, error) {
+	if path == "" {
+		return nil, nil
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("SUPEREGO_API_KEYS_FILE: %w", err)
+	}
+	users, err := api.ReadUsers(bytes.NewReader(b), lib)
+	if err == nil && len(users) == 0 {
+		err = errors.New("it has no key")
+	}
+	if err != nil {
+		return nil, fmt.Errorf("SUPEREGO_API_KEYS_FILE %s: %w", path, err)
+	}
+	return users, nil
+}
+
 // wiring is the program's parts, built from the configuration.
 type wiring struct {
 	engine    *flow.Engine
@@ -208,7 +233,7 @@ func wire(cfg config, log *slog.Logger) (*wiring, error) {
 	if cache, ok := experiments.(agents.ReplyCache); ok {
 		agent.Cache = cache
 	}
-	engine := &flow.Engine{Flows: flows, Exec: &flow.Executor{Agent: agent, Context: append(rules, references...)}, Store: store, MaxRuns: cfg.MaxRuns, MaxInput: int64(cfg.MaxInputMiB) << 20, Log: log}
+	engine := &flow.Engine{Flows: flows, Exec: &flow.Executor{Agent: agent, Context: append(rules, references...), Library: texts}, Store: store, MaxRuns: cfg.MaxRuns, MaxInput: int64(cfg.MaxInputMiB) << 20, Log: log}
 	lab := &experiment.Lab{Engine: engine, Store: experiments, Log: log, RateLimited: backoff.Waits,
 		Env: experiment.Env{Flows: flows, Constitutions: texts, Providers: agents.ProviderNames, Dir: cfg.Experiments, Confined: true, MaxOutcomes: cfg.MaxOutcomes}}
 	return &wiring{engine: engine, refused: refused, providers: providers, lab: lab, mcp: servers,
@@ -234,6 +259,11 @@ func serve(ctx context.Context, cfg config, stdout, stderr io.Writer, ready chan
 	}
 	defer w.close()
 	engine, refused := w.engine, w.refused
+	users, err := readUsers(cfg.KeysFile, engine.Exec.Library)
+	if err != nil {
+		return err
+	}
+	apiKeys := slices.Concat(cfg.APIKeys, slices.Collect(maps.Keys(users)))
 	if err := ops.observe(engine); err != nil {
 		return err
 	}
@@ -269,7 +299,7 @@ func serve(ctx context.Context, cfg config, stdout, stderr io.Writer, ready chan
 	model, _ := w.providers.Model("")
 	srv := &http.Server{
 		Handler: (&api.Server{Engine: engine, Experiments: w.lab, Workspaces: &tools.Workspaces{Root: cfg.Workspaces}, Refused: refused, Model: healthModel(model.Name), ModelNote: healthNote(model.Name),
-			MCP: w.mcp, AdminToken: cfg.AdminToken, APIKeys: cfg.APIKeys, UpstreamModels: cfg.UpstreamModels, ExperimentsAuth: cfg.ExperimentsAuth, Log: log, WriteTimeout: cfg.WriteTimeout, MaxStreams: cfg.MaxStreams,
+			MCP: w.mcp, AdminToken: cfg.AdminToken, APIKeys: apiKeys, Users: users, UpstreamModels: cfg.UpstreamModels, ExperimentsAuth: cfg.ExperimentsAuth, Log: log, WriteTimeout: cfg.WriteTimeout, MaxStreams: cfg.MaxStreams,
 			Metrics: ops.metrics, Streams: ops.tel.StreamSubscribers()}).Handler(),
 		ReadHeaderTimeout: 10 * time.Second,
 		// Bounds a request's body; handlers lift it once they have read it,
