@@ -43,6 +43,12 @@ bench-peer:
 	$(GO) run ./bench/guarded_calculator -http
 	$(GO) run ./bench/guarded_calculator -store sqlite
 
+# The same workload on superego and on CloudWeGo Eino, in alternating
+# rounds, side by side: medians and ranges (bench/peers/run_all.sh).
+.PHONY: bench-peers
+bench-peers:
+	bash bench/peers/run_all.sh
+
 # Output gating's latency (issue 16): the whole draft judged, judge_stream
 # and gating off, interleaved, over loopback HTTP; bench/gating/README.md.
 .PHONY: bench-gating bench-speculation bench-actions

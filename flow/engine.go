@@ -394,8 +394,9 @@ func (e *Engine) turn(ctx context.Context, f *Flow, opt RunOptions) (Turn, error
 // a run shared between replicas, is released once the run's events are
 // all written; a cancel from any replica stops the run.
 func (e *Engine) run(run *liveRun, turn Turn, claim *Claim) {
+	id := turn.InstanceID // what the sink's functions need of turn, which they would keep on the heap
 	defer e.wg.Done()
-	defer e.release(turn.InstanceID)
+	defer e.release(id)
 	ended := false
 	if claim != nil {
 		defer func() { claim.Release(ended) }()
@@ -414,17 +415,17 @@ func (e *Engine) run(run *liveRun, turn Turn, claim *Claim) {
 	defer run.end()
 	defer func() {
 		if p := recover(); p != nil {
-			e.runLog(turn).Error("run stopped by a panic; it resumes at the next start", "panic", fmt.Sprint(p))
+			e.runLog(&turn).Error("run stopped by a panic; it resumes at the next start", "panic", fmt.Sprint(p))
 		}
 	}()
 	sink := Sink{
-		Emit:   func(evs ...Event) error { return e.publish(turn.InstanceID, run, evs, false) },
-		Settle: func(evs ...Event) error { return e.publish(turn.InstanceID, run, evs, true) },
+		Emit:   func(evs ...Event) error { return e.publish(id, run, evs, false) },
+		Settle: func(evs ...Event) error { return e.publish(id, run, evs, true) },
 		Hold: func(ev Event) error {
 			run.mu.Lock()
 			run.holding++
 			run.mu.Unlock()
-			e.Store.Hold(turn.InstanceID, ev, run.held)
+			e.Store.Hold(id, ev, run.held)
 			run.mu.Lock()
 			defer run.mu.Unlock()
 			return run.err
@@ -434,6 +435,15 @@ func (e *Engine) run(run *liveRun, turn Turn, claim *Claim) {
 	info := RunInfo{FlowID: turn.FlowID, InstanceID: turn.InstanceID, RunID: turn.RunID, Resumed: turn.Resume && !turn.Opened}
 	ctx := e.Exec.Observe.runStarted(run.ctx, info)
 	out := e.Exec.Run(ctx, turn, sink)
+	ended = e.finish(ctx, run, &turn, info, out, claim)
+}
+
+// finish settles how a run ended, tells the observer and logs it where
+// that is news to an operator; it reports whether the run ended (one
+// interrupted did not). It is apart from run so that what it needs takes
+// no room on the stack while a run waits on its model: a thousand runs in
+// flight hold a thousand stacks.
+func (e *Engine) finish(ctx context.Context, run *liveRun, turn *Turn, info RunInfo, out Outcome, claim *Claim) bool {
 	lost := false
 	if claim != nil {
 		select {
@@ -445,10 +455,9 @@ func (e *Engine) run(run *liveRun, turn Turn, claim *Claim) {
 	// The run may have ended before it heard that a write failed: it ends
 	// failed all the same. A run whose lease is lost writes nothing more.
 	if err := run.flushed(); err != nil && !lost {
-		out = e.lose(run, turn, err)
+		out = e.lose(run, *turn, err)
 	}
 	e.Exec.Observe.runEnded(ctx, info, out)
-	ended = out.Status != statusInterrupted
 	switch {
 	case out.Status == statusInterrupted && lost:
 		e.runLog(turn).InfoContext(ctx, "run stopped: this replica lost its lease; the replica that holds it now resumes it")
@@ -461,11 +470,12 @@ func (e *Engine) run(run *liveRun, turn Turn, claim *Claim) {
 		}
 		e.runLog(turn).WarnContext(ctx, "run failed", attrs...)
 	}
+	return out.Status != statusInterrupted
 }
 
 // runLog is the logger of a run's lines: each names the run and its
 // instance. It is made when a line is written, not with every run.
-func (e *Engine) runLog(turn Turn) *slog.Logger {
+func (e *Engine) runLog(turn *Turn) *slog.Logger {
 	return e.logger().With("run_id", turn.RunID, "instance_id", turn.InstanceID, "flow_id", turn.FlowID)
 }
 
@@ -510,7 +520,7 @@ func (e *Engine) lose(run *liveRun, turn Turn, cause error) Outcome {
 		// Held events are dropped with it: the run ends without their judgement.
 		if err := Wait(func(done func(error)) { e.Store.Settle(turn.InstanceID, end, done) }); err != nil {
 			e.keepEnding(turn.InstanceID, end)
-			e.runLog(turn).Error("the failed run's ending is not recorded yet: its instance reads running until it is", "err", err)
+			e.runLog(&turn).Error("the failed run's ending is not recorded yet: its instance reads running until it is", "err", err)
 		}
 	}
 	run.mu.Lock()
@@ -654,7 +664,7 @@ func (e *Engine) Recover(ctx context.Context, only func(RunOptions) bool) (int, 
 		run.seq = st.LastID
 		turn.InstanceID, turn.RunID, turn.Steps, turn.Held, turn.Resume, turn.Unfinished = inst.ID, NewID(), st.Steps, held, true, st.Unfinished
 		go e.run(run, turn, nil)
-		e.runLog(turn).Info("resuming interrupted run", "steps", len(st.Steps), "held", len(held))
+		e.runLog(&turn).Info("resuming interrupted run", "steps", len(st.Steps), "held", len(held))
 		resumed++
 	}
 	return resumed, nil

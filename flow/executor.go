@@ -202,7 +202,15 @@ func (x *Executor) Run(ctx context.Context, t Turn, sink Sink) Outcome {
 	if t.Options.Replay != nil {
 		r.replay = newReplayer(t.Recorded, t.Options.Replay)
 	}
-	out := r.protected(ctx)
+	return r.end(r.protected(ctx))
+}
+
+// end sends the run's last events for how it ended, out: done, after an
+// error where it failed, settling a turn still held. It is apart from Run
+// so that what it needs takes no room on the stack while a run waits on
+// its model: a thousand runs in flight hold a thousand stacks.
+func (r *runner) end(out Outcome) Outcome {
+	t := &r.t
 	if out.Status == statusInterrupted {
 		return out // held events stay held: the resumed run judges them
 	}
@@ -382,60 +390,11 @@ func (r *runner) settleSending(judge string, release bool, sent map[string]bool,
 }
 
 func (r *runner) run(ctx context.Context) Outcome {
+	cur, out, end := r.begin()
+	if end {
+		return out
+	}
 	g := &r.t.Def.Graph
-	if r.t.Resume {
-		if !r.t.Opened {
-			start := Event{Name: EventRunStart, Data: RunStart{r.t.InstanceID, r.t.RunID, r.t.FlowID, true, r.t.Options}}
-			if err := r.emit(start); err != nil {
-				return Outcome{Status: StatusFailed, Err: err}
-			}
-		}
-		if err := r.resume(); err != nil {
-			return Outcome{Status: StatusFailed, Err: err}
-		}
-		// A held turn whose last step leads where nothing judges it was
-		// to be released at once: the crash came between its hold and
-		// its release.
-		if n := len(r.steps); len(r.held) > 0 && r.held[len(r.held)-1].Name == EventCompleteStep {
-			if s := r.steps[n-1]; !g.holds(s.NextAgent) {
-				if err := r.settle("", true); err != nil {
-					return Outcome{Status: StatusFailed, Err: err}
-				}
-			}
-		}
-	} else {
-		// One write: a run a client has seen start has its message, and
-		// the conversation before it.
-		opening := r.opening()
-		if err := r.sink.Emit(opening...); err != nil {
-			return Outcome{Status: StatusFailed, Err: err}
-		}
-		if r.t.Options.Review != nil || r.t.Continue {
-			if err := r.resume(); err != nil { // it goes on with the turn it answers
-				return Outcome{Status: StatusFailed, Err: err}
-			}
-		}
-	}
-	var err error
-	if r.stack, err = r.x.Library.layers(r.t.Options.Stack); err != nil {
-		return Outcome{Status: StatusFailed, Err: err}
-	}
-	if r.t.Options.Review != nil {
-		if err := r.answer(); err != nil {
-			return Outcome{Status: StatusFailed, Err: err}
-		}
-	}
-	if reason := r.t.Options.Abandon; reason != "" {
-		return r.abandon(reason)
-	}
-	if err := r.finishInterrupted(); err != nil {
-		return Outcome{Status: StatusFailed, Err: err}
-	}
-	last := r.steps[len(r.steps)-1]
-	if status, end := r.ending(last, g.Nodes[last.Node]); end {
-		return Outcome{Status: status} // a review that ends it, or a run that had ended with only done missing
-	}
-	cur := *last.NextAgent
 	for hops := 0; ; {
 		r.cur = cur
 		if ctx.Err() != nil {
@@ -462,35 +421,12 @@ func (r *runner) run(ctx context.Context) Outcome {
 		r.iters[cur]++
 
 		if r.replay != nil {
-			rec, ok := r.replay.at(cur)
-			if !ok {
-				return Outcome{Status: StatusDiverged}
-			}
-			if rec != nil && node.Type == InnerAgent {
-				// A changed judge of its actions is asked again about the
-				// recorded calls and results (SPEC §7a): one that decides
-				// otherwise takes the run off the record, here.
-				changed, err := r.rejudge(ctx, node, *rec)
-				switch {
-				case err != nil && ctx.Err() != nil:
-					return r.stopped(ctx)
-				case err != nil:
-					return Outcome{Status: StatusFailed, Err: err}
-				case changed && r.replay.noLive:
-					return Outcome{Status: StatusDiverged}
-				case changed:
-					r.replay.diverged, rec = true, nil
-				}
-			}
-			if rec != nil {
-				step, err := r.reuse(node, *rec)
-				if err != nil {
-					return Outcome{Status: StatusFailed, Err: err}
-				}
-				if status, end := r.ending(step, node); end {
-					return Outcome{Status: status}
-				}
-				cur = *step.NextAgent
+			next, out, reused := r.fromRecord(ctx, node)
+			switch {
+			case out != nil:
+				return *out
+			case reused:
+				cur = next
 				continue
 			}
 		}
@@ -543,6 +479,105 @@ func (r *runner) run(ctx context.Context) Outcome {
 		}
 		cur = *step.NextAgent
 	}
+}
+
+// begin opens the run, or picks up the turn it goes on with, and returns
+// the node to run first; or, where the run ends before any node runs, end
+// and how. It is apart from run so that what it needs takes no room on
+// the stack while a run waits on its model.
+func (r *runner) begin() (cur string, out Outcome, end bool) {
+	g := &r.t.Def.Graph
+	if r.t.Resume {
+		if !r.t.Opened {
+			start := Event{Name: EventRunStart, Data: RunStart{r.t.InstanceID, r.t.RunID, r.t.FlowID, true, r.t.Options}}
+			if err := r.emit(start); err != nil {
+				return "", Outcome{Status: StatusFailed, Err: err}, true
+			}
+		}
+		if err := r.resume(); err != nil {
+			return "", Outcome{Status: StatusFailed, Err: err}, true
+		}
+		// A held turn whose last step leads where nothing judges it was
+		// to be released at once: the crash came between its hold and
+		// its release.
+		if n := len(r.steps); len(r.held) > 0 && r.held[len(r.held)-1].Name == EventCompleteStep {
+			if s := r.steps[n-1]; !g.holds(s.NextAgent) {
+				if err := r.settle("", true); err != nil {
+					return "", Outcome{Status: StatusFailed, Err: err}, true
+				}
+			}
+		}
+	} else {
+		// One write: a run a client has seen start has its message, and
+		// the conversation before it.
+		opening := r.opening()
+		if err := r.sink.Emit(opening...); err != nil {
+			return "", Outcome{Status: StatusFailed, Err: err}, true
+		}
+		if r.t.Options.Review != nil || r.t.Continue {
+			if err := r.resume(); err != nil { // it goes on with the turn it answers
+				return "", Outcome{Status: StatusFailed, Err: err}, true
+			}
+		}
+	}
+	var err error
+	if r.stack, err = r.x.Library.layers(r.t.Options.Stack); err != nil {
+		return "", Outcome{Status: StatusFailed, Err: err}, true
+	}
+	if r.t.Options.Review != nil {
+		if err := r.answer(); err != nil {
+			return "", Outcome{Status: StatusFailed, Err: err}, true
+		}
+	}
+	if reason := r.t.Options.Abandon; reason != "" {
+		return "", r.abandon(reason), true
+	}
+	if err := r.finishInterrupted(); err != nil {
+		return "", Outcome{Status: StatusFailed, Err: err}, true
+	}
+	last := r.steps[len(r.steps)-1]
+	if status, end := r.ending(last, g.Nodes[last.Node]); end {
+		return "", Outcome{Status: status}, true // a review that ends it, or a run that had ended with only done missing
+	}
+	return *last.NextAgent, Outcome{}, false
+}
+
+// fromRecord, in a replay, takes node's step from the recorded turn where
+// the replay still follows it: reused says it did, and next is where the
+// run goes on; out, where set, is how the run ends instead.
+func (r *runner) fromRecord(ctx context.Context, node *Node) (next string, out *Outcome, reused bool) {
+	rec, ok := r.replay.at(node.Name)
+	if !ok {
+		return "", &Outcome{Status: StatusDiverged}, false
+	}
+	if rec != nil && node.Type == InnerAgent {
+		// A changed judge of its actions is asked again about the
+		// recorded calls and results (SPEC §7a): one that decides
+		// otherwise takes the run off the record, here.
+		changed, err := r.rejudge(ctx, node, *rec)
+		switch {
+		case err != nil && ctx.Err() != nil:
+			out := r.stopped(ctx)
+			return "", &out, false
+		case err != nil:
+			return "", &Outcome{Status: StatusFailed, Err: err}, false
+		case changed && r.replay.noLive:
+			return "", &Outcome{Status: StatusDiverged}, false
+		case changed:
+			r.replay.diverged, rec = true, nil
+		}
+	}
+	if rec == nil {
+		return "", nil, false
+	}
+	step, err := r.reuse(node, *rec)
+	if err != nil {
+		return "", &Outcome{Status: StatusFailed, Err: err}, false
+	}
+	if status, end := r.ending(step, node); end {
+		return "", &Outcome{Status: status}, false
+	}
+	return *step.NextAgent, nil, true
 }
 
 // reuse makes node's step from the recorded one, with no call: what the

@@ -207,7 +207,7 @@ func (e *Engine) Take(ctx context.Context, instance string, claim *Claim) error 
 	}
 	turn.InstanceID, turn.RunID, turn.Steps, turn.Held, turn.Resume, turn.Opened, turn.Unfinished = instance, NewID(), st.Steps, held, true, !claim.Resumed, st.Unfinished
 	go e.run(run, turn, claim)
-	e.runLog(turn).Info("took over a run", "resumed", claim.Resumed)
+	e.runLog(&turn).Info("took over a run", "resumed", claim.Resumed)
 	return nil
 }
 
@@ -223,9 +223,9 @@ func (e *Engine) failRun(run *liveRun, turn Turn, claim *Claim, reason string) {
 	defer e.Exec.Observe.runEnded(ctx, info, Outcome{Status: StatusFailed, Err: errors.New(reason)})
 	end := []Event{{Name: EventError, Data: ErrorData{"internal", reason}}, {Name: EventDone, Data: Done{InstanceID: turn.InstanceID, Status: StatusFailed, Usage: &RunUsage{}}}}
 	if err := e.publish(turn.InstanceID, run, end, true); err != nil {
-		e.runLog(turn).Error("run's end not recorded", "err", err)
+		e.runLog(&turn).Error("run's end not recorded", "err", err)
 	}
-	e.runLog(turn).Warn("run failed", "reason", reason)
+	e.runLog(&turn).Warn("run failed", "reason", reason)
 }
 
 // follow is a subscription to a run that runs on another replica: backlog,

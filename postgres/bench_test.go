@@ -17,5 +17,4 @@ var stores = []storetest.Store{
 	{Name: "postgres", Open: func(b testing.TB) flow.Store { return open(b) }},
 }
 
-func BenchmarkEngine(b *testing.B)            { storetest.Engine(b, stores) }
-func BenchmarkGuardedCalculator(b *testing.B) { storetest.GuardedCalculator(b, stores) }
+func BenchmarkEngine(b *testing.B) { storetest.Engine(b, stores) }

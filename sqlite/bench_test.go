@@ -16,5 +16,4 @@ var stores = []storetest.Store{
 	{Name: "sqlite", Open: func(b testing.TB) flow.Store { return open(b) }},
 }
 
-func BenchmarkEngine(b *testing.B)            { storetest.Engine(b, stores) }
-func BenchmarkGuardedCalculator(b *testing.B) { storetest.GuardedCalculator(b, stores) }
+func BenchmarkEngine(b *testing.B) { storetest.Engine(b, stores) }

@@ -8,10 +8,13 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/attribute"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"go.opentelemetry.io/otel/trace"
 
 	"superego/agents"
 	"superego/agents/agentstest"
@@ -103,3 +106,75 @@ func (*discardStore) Create(_ flow.Instance, done func(error))          { done(n
 func (*discardStore) Append(_ string, _ []flow.Event, done func(error)) { done(nil) }
 func (*discardStore) Hold(_ string, _ flow.Event, done func(error))     { done(nil) }
 func (*discardStore) Settle(_ string, _ []flow.Event, done func(error)) { done(nil) }
+
+// BenchmarkSpan is what one span costs through superego's observer, beside
+// a bare OpenTelemetry SDK span with the same name, the same attributes,
+// the same tracer provider and the same exporter (OTLP/HTTP, batched, to
+// a sink on loopback): their ratio is the observer's own cost. A node's
+// span is made under a run's recording root span, as in a run; a run's
+// span is a root of its own.
+func BenchmarkSpan(b *testing.B) {
+	sink := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.Copy(io.Discard, r.Body) }))
+	defer sink.Close()
+	b.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", sink.URL) // the exporter reads the environment itself
+	tp, err := telemetry.Tracing(context.Background(), func(k string) string {
+		return map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": sink.URL}[k]
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer tp.Shutdown(context.Background())
+	tracer := telemetry.Tracer(tp)
+	tel, err := telemetry.New(prometheus.NewRegistry(), telemetry.Options{Tracer: tracer})
+	if err != nil {
+		b.Fatal(err)
+	}
+	o := tel.Flow()
+	node := &flow.Node{Name: "calculator", AgentID: "calculator", Type: flow.InnerAgent}
+	run := flow.RunInfo{FlowID: "calc", InstanceID: "0b5e8c1c5d2a4f7e9a3b6c1d2e4f5a6b", RunID: "7c1d2e4f5a6b0b5e8c1c5d2a4f7e9a3b"}
+	it := flow.Iteration{RunInfo: run, Node: node, StepID: "3"}
+	root, rootSpan := tracer.Start(context.Background(), "run calc", trace.WithNewRoot())
+	defer rootSpan.End()
+
+	b.Run("node", func(b *testing.B) {
+		paired(b, func() { o.NodeEnded(o.NodeStarted(root, it), it, "COMPLETE", "") }, func() {
+			_, span := tracer.Start(root, "invoke_agent "+node.Name)
+			span.SetAttributes(attribute.String("gen_ai.operation.name", "invoke_agent"), attribute.String("gen_ai.agent.name", node.Name),
+				attribute.String("gen_ai.agent.id", node.AgentID), attribute.String("superego.node_type", node.Type),
+				attribute.String("superego.step_id", it.StepID), attribute.String("superego.decision", "COMPLETE"))
+			span.End()
+		})
+	})
+	b.Run("run", func(b *testing.B) {
+		paired(b, func() { o.RunEnded(o.RunStarted(context.Background(), run), run, flow.StatusCompleted, "") }, func() {
+			_, span := tracer.Start(context.Background(), "run "+run.FlowID, trace.WithNewRoot())
+			span.SetAttributes(attribute.String("superego.flow_id", run.FlowID), attribute.String("superego.run_id", run.RunID),
+				attribute.String("superego.instance_id", run.InstanceID), attribute.Bool("superego.resumed", run.Resumed),
+				attribute.String("superego.status", flow.StatusCompleted))
+			span.End()
+		})
+	})
+}
+
+// paired times ours and the bare SDK's span in turns, blocks of 64 each,
+// so that the machine's other load falls on both alike, and reports each
+// one's ns a span and their ratio; ns/op is the pair's.
+func paired(b *testing.B, ours, bare func()) {
+	const block = 64
+	var tOurs, tBare time.Duration
+	b.ReportAllocs()
+	for b.Loop() {
+		start := time.Now()
+		for range block {
+			ours()
+		}
+		mid := time.Now()
+		for range block {
+			bare()
+		}
+		tOurs, tBare = tOurs+mid.Sub(start), tBare+time.Since(mid)
+	}
+	b.ReportMetric(float64(tOurs.Nanoseconds())/float64(b.N*block), "superego-ns/span")
+	b.ReportMetric(float64(tBare.Nanoseconds())/float64(b.N*block), "sdk-ns/span")
+	b.ReportMetric(float64(tOurs)/float64(tBare), "ratio")
+}

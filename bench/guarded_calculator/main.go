@@ -5,6 +5,7 @@
 // compare as ratios in one run.
 //
 //	go run ./bench/guarded_calculator [-constitution FILE] [-store memory|sqlite] [-http] [-observe none|metrics|all] [-stack NAME[:LEVEL],…]
+//		[-conc N] [-conc-big N] [-profile DIR] [-sample D]
 //
 // With -stack, every run's superegos judge under that stack of user
 // constitutions from -library (SPEC §10), in the engine's runs and in the
@@ -58,15 +59,23 @@ const flowJSON = `{"name": "guarded calculator", "graph": {"start": "input_super
     "transitions": {"*": null}}}}}`
 
 // fakeModel is the workload's chat model: stateless, safe for concurrent
-// use, its reply a function of the messages; after delay, if any.
-type fakeModel struct{ delay time.Duration }
+// use, its reply a function of the messages; after delay, if any. A
+// peak, when armed, holds the calls of output superegos.
+type fakeModel struct {
+	delay time.Duration
+	peak  *peak
+}
 
 func (m fakeModel) Call(ctx context.Context, prompt string, options ...llms.CallOption) (string, error) {
 	return llms.GenerateFromSinglePrompt(ctx, m, prompt, options...)
 }
 
 func (m fakeModel) GenerateContent(ctx context.Context, messages []llms.MessageContent, options ...llms.CallOption) (*llms.ContentResponse, error) {
+	system := messages[0].Parts[0].(llms.TextContent).Text
 	if m.delay > 0 {
+		if m.peak != nil && m.peak.armed.Load() && strings.Contains(system, "Your node: output_superego.") {
+			m.peak.hold(ctx)
+		}
 		t := time.NewTimer(m.delay)
 		select {
 		case <-t.C:
@@ -75,7 +84,6 @@ func (m fakeModel) GenerateContent(ctx context.Context, messages []llms.MessageC
 			return nil, ctx.Err()
 		}
 	}
-	system := messages[0].Parts[0].(llms.TextContent).Text
 	var text string
 	var calls []llms.ToolCall
 	switch last := messages[len(messages)-1]; {
@@ -277,6 +285,57 @@ func concurrent(e *flow.Engine, n int, stack []flow.StackEntry) (time.Duration, 
 	return wall, nil
 }
 
+// atOnce is the concurrent phase at n flows: one round unmeasured, the
+// peak reset, then rounds; it records the rounds' walls and the peak RSS
+// under keys with prefix. Each round gets its own engine.
+func (b *bench) atOnce(out map[string]any, prefix string, n, rounds int, delay time.Duration, o options) error {
+	round := func() (time.Duration, error) {
+		e, closeStore, err := b.engine(b.agentD, n)
+		if err != nil {
+			return 0, err
+		}
+		defer closeStore()
+		return concurrent(e, n, b.stack)
+	}
+	if _, err := round(); err != nil {
+		return err
+	}
+	debug.FreeOSMemory() // what earlier phases freed goes back to the OS before the peak is reset
+	out[prefix+"peak_reset_ok"] = os.WriteFile("/proc/self/clear_refs", []byte("5"), 0) == nil
+	stopCPU, err := o.profiles.cpu(prefix + "cpu.pprof")
+	if err != nil {
+		return err
+	}
+	s := sample(o.sample)
+	var walls []float64
+	for range rounds {
+		w, err := round()
+		if err != nil {
+			stopCPU()
+			return err
+		}
+		walls = append(walls, float64(w.Microseconds())/1e3)
+	}
+	s.finish(out, prefix)
+	stopCPU()
+	out[prefix+"flows"] = n
+	out[prefix+"peak_rss_kb"] = procStatus("VmHWM")
+	out[prefix+"rounds_ms"] = walls
+	sorted := slices.Clone(walls)
+	slices.Sort(sorted)
+	ideal := 4 * float64(delay.Milliseconds())
+	out[prefix+"wall_ms"] = sorted[len(sorted)/2]
+	out[prefix+"ideal_ms"] = ideal
+	out[prefix+"overhead_ms"] = sorted[len(sorted)/2] - ideal
+	return o.profiles.heapAtPeak(prefix+"heap.pprof", n, round)
+}
+
+// options are the flags that change what is measured, not the workload.
+type options struct {
+	profiles *profiles     // nil: none
+	sample   time.Duration // 0: no sampling
+}
+
 // procStatus reads a field of /proc/self/status in kB.
 func procStatus(field string) int {
 	b, err := os.ReadFile("/proc/self/status")
@@ -344,23 +403,36 @@ func main() {
 	minSeconds := flag.Float64("min-seconds", 2, "and at least this long")
 	warmup := flag.Int("warmup", 500, "warm-up flows before measuring")
 	conc := flag.Int("conc", 1000, "flows at once in the concurrent phase")
-	delay := flag.Duration("delay", 20*time.Millisecond, "model latency in the concurrent phase")
-	rounds := flag.Int("rounds", 3, "measured concurrent rounds")
+	concBig := flag.Int("conc-big", 0, "flows at once in a second, larger concurrent phase (0: none)")
+	delay := flag.Duration("delay", 20*time.Millisecond, "model latency in the concurrent phases")
+	rounds := flag.Int("rounds", 3, "measured rounds of each concurrent phase")
 	constitution := flag.String("constitution", "bench/guarded_calculator/constitution.txt", "the workload's constitution")
 	store := flag.String("store", "memory", "where instances are kept: memory or sqlite")
 	withHTTP := flag.Bool("http", false, "also run the flow through POST /flow/execute and a bare SSE handler")
 	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the sequential phase")
+	profileDir := flag.String("profile", "", "write into this directory CPU profiles of the sequential phase and of each concurrent phase's measured rounds, and a heap profile at each concurrent phase's peak (one round more)")
+	every := flag.Duration("sample", 0, "sample the runtime's heap, stacks and goroutines this often in the concurrent phases' measured rounds, and report their maxima (0: not)")
 	observe := flag.String("observe", "none", "what operators see: none, metrics (Prometheus), or all (metrics, and traces over OTLP/HTTP to a sink on loopback)")
 	stack := flag.String("stack", "", "judge every run under this stack of user constitutions (SPEC §10): NAME[:LEVEL] separated by commas, from -library")
 	library := flag.String("library", "constitutions", "the constitution library -stack names")
 	flag.Parse()
-	if err := run(*seq, *minSeconds, *warmup, *conc, *delay, *rounds, *constitution, *store, *withHTTP, *cpuprofile, *observe, *stack, *library); err != nil {
+	o := options{sample: *every}
+	if *profileDir != "" {
+		// Every 4 kB sampled, not every 512: a run in flight holds a few
+		// kB, and the profile is to say of what.
+		runtime.MemProfileRate = 4096
+		o.profiles = &profiles{dir: *profileDir}
+		if *cpuprofile == "" {
+			*cpuprofile = filepath.Join(*profileDir, "seq_cpu.pprof")
+		}
+	}
+	if err := run(*seq, *minSeconds, *warmup, *conc, *concBig, *delay, *rounds, *constitution, *store, *withHTTP, *cpuprofile, *observe, *stack, *library, o); err != nil {
 		fmt.Fprintln(os.Stderr, "guarded_calculator:", err)
 		os.Exit(1)
 	}
 }
 
-func run(seq int, minSeconds float64, warmup, conc int, delay time.Duration, rounds int, constitutionPath, store string, withHTTP bool, cpuprofile, observe, stack, library string) error {
+func run(seq int, minSeconds float64, warmup, conc, concBig int, delay time.Duration, rounds int, constitutionPath, store string, withHTTP bool, cpuprofile, observe, stack, library string, o options) error {
 	text, err := os.ReadFile(constitutionPath)
 	if err != nil {
 		return fmt.Errorf("%w (run from the repository root, or pass -constitution)", err)
@@ -371,8 +443,12 @@ func run(seq int, minSeconds float64, warmup, conc int, delay time.Duration, rou
 		return err
 	}
 	set := tools.Set{"calculator": tools.Calculator()}
+	var peak *peak
+	if o.profiles != nil {
+		peak = &o.profiles.peak
+	}
 	model := func(d time.Duration) func(string) (agents.Model, error) {
-		m := agents.Model{LLM: fakeModel{delay: d}, Name: "fake"}
+		m := agents.Model{LLM: fakeModel{delay: d, peak: peak}, Name: "fake"}
 		return func(string) (agents.Model, error) { return m, nil }
 	}
 	dir, err := os.MkdirTemp("", "superego-bench")
@@ -412,7 +488,11 @@ func run(seq int, minSeconds float64, warmup, conc int, delay time.Duration, rou
 	// (c) At rest: everything built, nothing run.
 	runtime.GC()
 	time.Sleep(50 * time.Millisecond)
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
 	out := map[string]any{
+		"rest_heap_kb":           ms.HeapInuse / 1024,
+		"rest_sys_kb":            ms.Sys / 1024,
 		"engine":                 "superego",
 		"store":                  store,
 		"constitution_sha256_16": hex.EncodeToString(sum[:])[:16],
@@ -488,41 +568,20 @@ func run(seq int, minSeconds float64, warmup, conc int, delay time.Duration, rou
 	out["direct_mean_us"] = float64(dwall.Microseconds()) / float64(len(dds))
 	out["direct_streamed_bytes_per_flow"] = dc.bytes / (len(dds) + warmup)
 
-	// (b) Concurrent: one round unmeasured, then the peak reset, then
-	// rounds. Each round gets its own engine, and the sequential phase's is
-	// let go: an in-memory store keeps every instance it has seen, and this
-	// figure is about the flows in flight, not the history.
+	// (b) Concurrent, at conc and then at concBig. The sequential phase's
+	// engine is let go: an in-memory store keeps every instance it has
+	// seen, and these figures are about the flows in flight, not the
+	// history.
 	close0()
 	e0 = nil
-	round := func() (time.Duration, error) {
-		e, closeStore, err := b.engine(b.agentD, conc)
-		if err != nil {
-			return 0, err
-		}
-		defer closeStore()
-		return concurrent(e, conc, b.stack)
-	}
-	if _, err := round(); err != nil {
+	if err := b.atOnce(out, "conc_", conc, rounds, delay, o); err != nil {
 		return err
 	}
-	debug.FreeOSMemory() // what earlier phases freed goes back to the OS before the peak is reset
-	out["peak_reset_ok"] = os.WriteFile("/proc/self/clear_refs", []byte("5"), 0) == nil
-	var walls []float64
-	for range rounds {
-		w, err := round()
-		if err != nil {
+	if concBig > 0 {
+		if err := b.atOnce(out, "big_", concBig, rounds, delay, o); err != nil {
 			return err
 		}
-		walls = append(walls, float64(w.Microseconds())/1e3)
 	}
-	out["conc_peak_rss_kb"] = procStatus("VmHWM")
-	out["conc_rounds_ms"] = walls
-	sorted := slices.Clone(walls)
-	slices.Sort(sorted)
-	ideal := 4 * float64(delay.Milliseconds())
-	out["conc_wall_ms"] = sorted[len(sorted)/2]
-	out["conc_ideal_ms"] = ideal
-	out["conc_overhead_ms"] = sorted[len(sorted)/2] - ideal
 
 	if withHTTP {
 		if err := b.http(out, warmup, seq, time.Duration(minSeconds*float64(time.Second))); err != nil {

@@ -2,6 +2,8 @@ package storetest
 
 // The engine's benchmarks on a store, which each store's package runs on
 // itself (README, Benchmarks): the same code, so that their figures compare.
+// Those that need the real agents are in bench/stores: flow's packages
+// import nothing above flow.
 
 import (
 	"context"
@@ -11,10 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"superego/agents"
-	"superego/agents/agentstest"
 	"superego/flow"
-	"superego/tools"
 )
 
 // StepEvent is the input superego's step of the guarded calculator, as
@@ -81,7 +80,9 @@ func (instant) Act(_ context.Context, t *flow.Task, _ func(flow.Event)) (flow.Re
 	return flow.Reply{Decision: "ACCEPT"}, nil
 }
 
-const guarded = `{"name": "g", "graph": {"start": "input_superego", "nodes": {
+// Guarded is the guarded calculator's flow, as the engine's benchmarks
+// run it.
+const Guarded = `{"name": "g", "graph": {"start": "input_superego", "nodes": {
   "input_superego": {"type": "superego", "agent_id": "input_superego", "constitution": "c", "transitions": {"BLOCK": null, "CAUTION": "calculator"}},
   "calculator": {"type": "inner_agent", "agent_id": "calculator", "tools": ["calculator"], "transitions": {"COMPLETE": "output_superego"}},
   "output_superego": {"type": "superego", "agent_id": "output_superego", "constitution": "c", "transitions": {"ACCEPT": null}}}}}`
@@ -92,9 +93,10 @@ type Store struct {
 	Open func(testing.TB) flow.Store
 }
 
-// benchEngine runs flows one after another through the engine, a watcher
-// encoding every event as it is delivered, on each store.
-func benchEngine(b *testing.B, stores []Store, def *flow.Definition, agent flow.Agent) {
+// Flows runs flows of def one after another through the engine, with
+// agent, a watcher encoding every event as it is delivered, on each store.
+// bench/stores runs the guarded calculator with the real agents on it.
+func Flows(b *testing.B, stores []Store, def *flow.Definition, agent flow.Agent) {
 	for _, store := range stores {
 		b.Run(store.Name, func(b *testing.B) {
 			e := &flow.Engine{Flows: map[string]*flow.Flow{"g": {ID: "g", Def: def}}, Exec: &flow.Executor{Agent: agent}, Store: store.Open(b)}
@@ -113,33 +115,9 @@ func benchEngine(b *testing.B, stores []Store, def *flow.Definition, agent flow.
 // store's figure is the cost of making every event durable before a
 // client sees it.
 func Engine(b *testing.B, stores []Store) {
-	def, err := flow.Parse([]byte(guarded), flow.Catalog{})
+	def, err := flow.Parse([]byte(Guarded), flow.Catalog{})
 	if err != nil {
 		b.Fatal(err)
 	}
-	benchEngine(b, stores, def, instant{})
-}
-
-// GuardedCalculator is the same flow through the real agents: prompts,
-// the model protocol, reply parsing and the calculator tool, on an instant
-// in-process model.
-func GuardedCalculator(b *testing.B, stores []Store) {
-	def, err := flow.Parse([]byte(guarded), flow.Catalog{Tools: []string{"calculator"}})
-	if err != nil {
-		b.Fatal(err)
-	}
-	model := agents.Model{LLM: agentstest.Func(func(r agentstest.Request) agentstest.Answer {
-		switch r.Node() {
-		case "input_superego":
-			return agentstest.Reply("Benign arithmetic request.", "CAUTION", "verify", "ok")
-		case "calculator":
-			if res := r.ToolResults(); len(res) > 0 {
-				return agentstest.Reply("done", "COMPLETE", "none", "5*10 = "+res[0].Text)
-			}
-			return agentstest.Answer{ToolCalls: []agentstest.Call{{ID: "call_calc_1", Name: "calculator", Args: `{"expression":"5*10"}`}}}
-		}
-		return agentstest.Reply("The draft agrees with the tool.", "ACCEPT", "none", "")
-	}), Name: "func"}
-	agent := &agents.Agent{Model: func(string) (agents.Model, error) { return model, nil }, Tools: tools.Set{"calculator": tools.Calculator()}}
-	benchEngine(b, stores, def, agent)
+	Flows(b, stores, def, instant{})
 }
