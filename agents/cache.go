@@ -227,24 +227,10 @@ type flown struct {
 // that the task counts the call as made, not cached: the task whose do
 // made it, or the first to take its reply when that task has gone.
 func (fs *flights) share(ctx context.Context, key string, stream streamFunc, do func(context.Context, streamFunc) (cachedReply, bool, error)) (reply cachedReply, streamed, made bool, err error) {
-	fs.mu.Lock()
-	f := fs.waiting[key]
-	if f == nil {
-		f = &flight{}
-		// Values (trace spans) are kept; each task keeps its own deadline,
-		// and the flight ends when the last of them leaves.
-		f.ctx, f.cancel = context.WithCancel(context.WithoutCancel(ctx))
-		if fs.waiting == nil {
-			fs.waiting = map[string]*flight{}
-		}
-		fs.waiting[key] = f
-	}
-	f.waiters++
-	fs.mu.Unlock()
-	defer fs.leave(key, f)
-
+	var f *flight // the flight this task waits on, from its first try
+	defer func() { fs.leave(key, f) }()
 	for tries := 0; ; tries++ {
-		got, ran, err := fs.fly(ctx, key, f, stream, do)
+		got, ran, err := fs.fly(ctx, key, &f, stream, do)
 		switch {
 		case err != nil && !ran && tries == 0 && ctx.Err() == nil:
 			// Another task's call failed: this one makes the call once
@@ -259,12 +245,31 @@ func (fs *flights) share(ctx context.Context, key string, stream streamFunc, do 
 	}
 }
 
-// fly waits for the call key in flight, or starts it with do, on the
-// flight f. ran says that do ran: this task started the call.
-func (fs *flights) fly(ctx context.Context, key string, f *flight, stream streamFunc, do func(context.Context, streamFunc) (cachedReply, bool, error)) (got flown, ran bool, err error) {
+// fly waits for the call key in flight, or starts it with do. On a task's
+// first try it boards the flight, *fp, or starts one; it is counted as
+// waiting in the same moment it joins the call, so that a task counted is
+// one the call's reply goes to, whenever the task that started it leaves.
+// ran says that do ran: this task started the call.
+func (fs *flights) fly(ctx context.Context, key string, fp **flight, stream streamFunc, do func(context.Context, streamFunc) (cachedReply, bool, error)) (got flown, ran bool, err error) {
 	var streamMu sync.Mutex
 	attached := true
 	started := false // written by do before its result is sent, read after it is received
+	fs.mu.Lock()
+	f := *fp
+	if f == nil {
+		if f = fs.waiting[key]; f == nil {
+			f = &flight{}
+			// Values (trace spans) are kept; each task keeps its own
+			// deadline, and the flight ends when the last of them leaves.
+			f.ctx, f.cancel = context.WithCancel(context.WithoutCancel(ctx))
+			if fs.waiting == nil {
+				fs.waiting = map[string]*flight{}
+			}
+			fs.waiting[key] = f
+		}
+		f.waiters++
+		*fp = f
+	}
 	ch := fs.group.DoChan(key, func() (any, error) {
 		started = true
 		c, made, err := do(f.ctx, func(ctx context.Context, chunk []byte) error {
@@ -281,6 +286,7 @@ func (fs *flights) fly(ctx context.Context, key string, f *flight, stream stream
 		streamMu.Unlock()
 		return flown{c, made, orphan}, err
 	})
+	fs.mu.Unlock()
 	select {
 	case res := <-ch:
 		if res.Err != nil {

@@ -123,8 +123,8 @@ func TestSharedCallOutlivesItsFirstTask(t *testing.T) {
 	started, release := make(chan struct{}), make(chan struct{})
 	stopped := make(chan error, 1) // the call's end, sent once
 	do := func(ctx context.Context, stream streamFunc) (cachedReply, bool, error) {
-		close(started)
 		stream(ctx, []byte("partial"))
+		close(started) // after the stream: the first task is still there to be given it
 		select {
 		case <-release:
 			return cachedReply{Text: "reply"}, true, nil
