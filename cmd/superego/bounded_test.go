@@ -19,29 +19,7 @@ import (
 // model, on the repository's flows, and waits until it listens.
 func serveChild(t *testing.T, model *experimentModel, args ...string) *server {
 	t.Helper()
-	cmd := child(model, append([]string{"serve", "--addr", "127.0.0.1:0"}, args...)...)
-	stdout, _ := cmd.StdoutPipe()
-	logs := &lockedBuffer{}
-	cmd.Stderr = logs
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	s := &server{cmd: cmd, logs: logs, done: make(chan error, 1)}
-	sc := bufio.NewScanner(stdout)
-	for sc.Scan() {
-		if m := servingRe.FindStringSubmatch(sc.Text()); m != nil {
-			s.addr = m[1]
-			break
-		}
-	}
-	if s.addr == "" {
-		cmd.Process.Kill()
-		t.Fatalf("server did not start:\n%s", logs)
-	}
-	go io.Copy(io.Discard, stdout)
-	go func() { s.done <- cmd.Wait() }()
-	t.Cleanup(func() { cmd.Process.Kill() })
-	return s
+	return launch(t, child(model, append([]string{"serve", "--addr", "127.0.0.1:0"}, args...)...))
 }
 
 var vmRSSRe = regexp.MustCompile(`VmRSS:\s+(\d+) kB`)

@@ -99,6 +99,13 @@ func startServer(t *testing.T, dir string, model *gatedModel, extra ...string) *
 	args := append([]string{"serve", "--addr", "127.0.0.1:0", "--flows", filepath.Join(dir, "flows"), "--db", filepath.Join(dir, "superego.db")}, extra...)
 	cmd := exec.Command(os.Args[0], args...)
 	cmd.Env = append(os.Environ(), "SUPEREGO_TEST_AS_MAIN=1", "OPENAI_API_KEY=k", "OPENAI_BASE_URL="+model.URL+"/v1", "SUPEREGO_MODEL=openai:gpt-test")
+	return launch(t, cmd)
+}
+
+// launch starts a `superego serve` child and waits until it says where it
+// listens; the child is killed when the test ends.
+func launch(t *testing.T, cmd *exec.Cmd) *server {
+	t.Helper()
 	stdout, _ := cmd.StdoutPipe()
 	logs := &lockedBuffer{}
 	cmd.Stderr = logs
