@@ -38,8 +38,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"math"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -57,10 +55,10 @@ import (
 
 	"superego/agents"
 	"superego/agents/agentstest"
-	"superego/api"
+	"superego/bench/loopback"
+	"superego/bench/stats"
 	"superego/bench/wiretap"
 	"superego/flow"
-	"superego/sqlite"
 	"superego/tools"
 	"superego/tools/mcptest"
 )
@@ -77,7 +75,7 @@ const (
 )
 
 // goalMS is the issue's goal for (a): 1.1 × (the reply + one judgement).
-var goalMS = 1.1 * ms(calls*callGap+judgeTime)
+var goalMS = 1.1 * stats.Ms(calls*callGap+judgeTime)
 
 // keyRe finds a call's key, "run-N report K", in its arguments; runRe the
 // run's token in the user's message.
@@ -283,30 +281,7 @@ func serve(modelURL, store, dir string, m *tools.MCP) (url string, stop func(), 
 		}
 		defs[id] = &flow.Flow{ID: id, Def: def}
 	}
-	var st flow.Store = &flow.MemStore{}
-	closeStore := func() {}
-	if store == "sqlite" {
-		s, err := sqlite.Open(filepath.Join(dir, "bench.db"))
-		if err != nil {
-			return "", nil, err
-		}
-		st, closeStore = s, func() { s.Close() }
-	}
-	p := &agents.Providers{Default: "openai:fake", OpenAIKey: "k", OpenAIBaseURL: modelURL + "/v1"}
-	log := slog.New(slog.DiscardHandler)
-	engine := &flow.Engine{Flows: defs, Exec: &flow.Executor{Agent: &agents.Agent{Model: p.Model, MCP: m, Timeout: time.Minute}}, Store: st, Log: log}
-	srv := &http.Server{Handler: (&api.Server{Engine: engine, Model: "openai:fake", MCP: m, Log: log}).Handler(), ReadHeaderTimeout: 10 * time.Second}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		closeStore()
-		return "", nil, err
-	}
-	go srv.Serve(ln)
-	return "http://" + ln.Addr().String(), func() {
-		srv.Close()
-		engine.Close(context.Background())
-		closeStore()
-	}, nil
+	return loopback.Serve(defs, modelURL, store, dir, m)
 }
 
 // ours runs one of our flows as a client would, to its end.
@@ -527,8 +502,8 @@ func measure(start, end time.Time, model []wiretap.Call, execs []execution) (sam
 		return sample{}, errors.New("the fake saw no reply with the calls")
 	}
 	t0 := agent.Writes[0]
-	since := func(t time.Time) float64 { return ms(t.Sub(t0)) }
-	s := sample{replyStart: ms(t0.Sub(start)), replyEnd: since(agent.Writes[len(agent.Writes)-1]), done: ms(end.Sub(start)), ran: len(execs), judgements: len(asked)}
+	since := func(t time.Time) float64 { return stats.Ms(t.Sub(t0)) }
+	s := sample{replyStart: stats.Ms(t0.Sub(start)), replyEnd: since(agent.Writes[len(agent.Writes)-1]), done: stats.Ms(end.Sub(start)), ran: len(execs), judgements: len(asked)}
 	slices.SortFunc(asked, func(a, b time.Time) int { return a.Compare(b) })
 	for _, a := range asked {
 		s.judgeAsked = append(s.judgeAsked, since(a))
@@ -548,41 +523,13 @@ func measure(start, end time.Time, model []wiretap.Call, execs []execution) (sam
 			s.firstRun = since(e.at)
 		}
 		s.lastRun = max(s.lastRun, since(e.end))
-		s.lastRunReq = max(s.lastRunReq, ms(e.end.Sub(start)))
+		s.lastRunReq = max(s.lastRunReq, stats.Ms(e.end.Sub(start)))
 		if !slices.ContainsFunc(judged[e.key], func(v time.Time) bool { return v.Before(e.at) }) {
 			s.unjudged++
 		}
 	}
 	return s, nil
 }
-
-// stats is a median and the range of a sample.
-type stats struct {
-	Median float64 `json:"median"`
-	Min    float64 `json:"min"`
-	Max    float64 `json:"max"`
-}
-
-func summarize(xs []float64) stats {
-	if len(xs) == 0 {
-		return stats{-1, -1, -1}
-	}
-	s := slices.Clone(xs)
-	slices.Sort(s)
-	n := len(s)
-	round := func(x float64) float64 { return math.Round(x*10) / 10 }
-	return stats{round((s[(n-1)/2] + s[n/2]) / 2), round(s[0]), round(s[n-1])}
-}
-
-func (s stats) String() string {
-	if s.Median < 0 {
-		return "-"
-	}
-	f := func(x float64) string { return strconv.FormatFloat(x, 'f', -1, 64) }
-	return f(s.Median) + " (" + f(s.Min) + "–" + f(s.Max) + ")"
-}
-
-func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1e3 }
 
 func main() {
 	rounds := flag.Int("rounds", 12, "measured rounds; each runs every mode once, in a rotating order")
@@ -716,12 +663,12 @@ func run(cfg config) (*results, error) {
 }
 
 // column is one measure across a mode's samples.
-func column(ss []sample, f func(sample) float64) stats {
+func column(ss []sample, f func(sample) float64) stats.Summary {
 	xs := make([]float64, len(ss))
 	for i, s := range ss {
 		xs[i] = f(s)
 	}
-	return summarize(xs)
+	return stats.Summarize(xs)
 }
 
 func total(ss []sample, f func(sample) int) int {
@@ -746,8 +693,8 @@ func report(w io.Writer, res *results) {
 	}
 	fmt.Fprintln(w, "\nms from the start of the agent's reply (the fake's first write of it) to the last call having run (its tool server answered), and from the client's request:")
 	fmt.Fprintf(w, "%-13s %-26s %-26s %-26s %-12s %-10s %s\n", "mode", "reply start → last run", "request → last run", "request → done", "calls ran", "unjudged", "judgements")
-	out := map[string]any{"bench": "actions", "rounds": cfg.rounds, "store": cfg.store, "calls": calls, "call_gap_ms": ms(callGap),
-		"judge_ms": ms(judgeTime), "goal_ms": goalMS, "go": runtime.Version(), "gomaxprocs": runtime.GOMAXPROCS(0)}
+	out := map[string]any{"bench": "actions", "rounds": cfg.rounds, "store": cfg.store, "calls": calls, "call_gap_ms": stats.Ms(callGap),
+		"judge_ms": stats.Ms(judgeTime), "goal_ms": goalMS, "go": runtime.Version(), "gomaxprocs": runtime.GOMAXPROCS(0)}
 	if res.sdk != "" {
 		var v any
 		json.Unmarshal([]byte(res.sdk), &v)

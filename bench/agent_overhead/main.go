@@ -23,14 +23,11 @@ package main
 
 import (
 	"bufio"
-	"context"
 	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
-	"log/slog"
 	"math"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -41,10 +38,9 @@ import (
 
 	"superego/agents"
 	"superego/agents/agentstest"
-	"superego/api"
+	"superego/bench/loopback"
 	"superego/bench/wiretap"
 	"superego/flow"
-	"superego/sqlite"
 )
 
 // The workload.
@@ -242,31 +238,7 @@ func serve(flowsDir, constitutionsDir, modelURL, store, dir string) (url string,
 	if err != nil {
 		return "", nil, fmt.Errorf("guarded_agent: %w", err)
 	}
-	var st flow.Store = &flow.MemStore{}
-	closeStore := func() {}
-	if store == "sqlite" {
-		s, err := sqlite.Open(filepath.Join(dir, "bench.db"))
-		if err != nil {
-			return "", nil, err
-		}
-		st, closeStore = s, func() { s.Close() }
-	}
-	p := &agents.Providers{Default: "openai:fake", OpenAIKey: "k", OpenAIBaseURL: modelURL + "/v1"}
-	log := slog.New(slog.DiscardHandler)
-	engine := &flow.Engine{Flows: map[string]*flow.Flow{"guarded_agent": {ID: "guarded_agent", Def: def}},
-		Exec: &flow.Executor{Agent: &agents.Agent{Model: p.Model, Timeout: time.Minute}}, Store: st, Log: log}
-	srv := &http.Server{Handler: (&api.Server{Engine: engine, Model: "openai:fake", Log: log}).Handler(), ReadHeaderTimeout: 10 * time.Second}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		closeStore()
-		return "", nil, err
-	}
-	go srv.Serve(ln)
-	return "http://" + ln.Addr().String(), func() {
-		srv.Close()
-		engine.Close(context.Background())
-		closeStore()
-	}, nil
+	return loopback.Serve(map[string]*flow.Flow{"guarded_agent": {ID: "guarded_agent", Def: def}}, modelURL, store, dir, nil)
 }
 
 // stats are a sample's median and spread.

@@ -19,29 +19,22 @@ package main
 import (
 	"bufio"
 	"bytes"
-	"context"
 	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
-	"log/slog"
-	"math"
-	"net"
 	"net/http"
 	"os"
-	"path/filepath"
 	"runtime"
-	"slices"
 	"strings"
 	"sync"
 	"time"
 
-	"superego/agents"
 	"superego/agents/agentstest"
-	"superego/api"
+	"superego/bench/loopback"
+	"superego/bench/stats"
 	"superego/bench/wiretap"
 	"superego/flow"
-	"superego/sqlite"
 )
 
 // The workload of issue 16.
@@ -335,48 +328,8 @@ func serve(modelURL, store, dir string) (url string, stop func(), err error) {
 		}
 		flows[m.name] = &flow.Flow{ID: m.name, Def: def}
 	}
-	var st flow.Store = &flow.MemStore{}
-	closeStore := func() {}
-	if store == "sqlite" {
-		s, err := sqlite.Open(filepath.Join(dir, "bench.db"))
-		if err != nil {
-			return "", nil, err
-		}
-		st, closeStore = s, func() { s.Close() }
-	}
-	p := &agents.Providers{Default: "openai:fake", OpenAIKey: "k", OpenAIBaseURL: modelURL + "/v1"}
-	log := slog.New(slog.DiscardHandler)
-	engine := &flow.Engine{Flows: flows, Exec: &flow.Executor{Agent: &agents.Agent{Model: p.Model, Timeout: time.Minute}}, Store: st, Log: log}
-	srv := &http.Server{Handler: (&api.Server{Engine: engine, Model: "openai:fake", Log: log}).Handler(), ReadHeaderTimeout: 10 * time.Second}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		closeStore()
-		return "", nil, err
-	}
-	go srv.Serve(ln)
-	return "http://" + ln.Addr().String(), func() {
-		srv.Close()
-		engine.Close(context.Background())
-		closeStore()
-	}, nil
+	return loopback.Serve(flows, modelURL, store, dir, nil)
 }
-
-// stats is a median and the range of a sample.
-type stats struct {
-	Median float64 `json:"median"`
-	Min    float64 `json:"min"`
-	Max    float64 `json:"max"`
-}
-
-func summarize(xs []float64) stats {
-	s := slices.Clone(xs)
-	slices.Sort(s)
-	n := len(s)
-	round := func(x float64) float64 { return math.Round(x*10) / 10 }
-	return stats{round((s[(n-1)/2] + s[n/2]) / 2), round(s[0]), round(s[n-1])}
-}
-
-func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1e3 }
 
 func main() {
 	rounds := flag.Int("rounds", 25, "measured runs of each mode, interleaved")
@@ -432,27 +385,27 @@ func run(rounds, warmup int, store string) error {
 				continue
 			}
 			s := all[m.name]
-			s.first = append(s.first, ms(r.firstByte))
-			s.done = append(s.done, ms(r.done))
+			s.first = append(s.first, stats.Ms(r.firstByte))
+			s.done = append(s.done, stats.Ms(r.done))
 			s.calls = append(s.calls, float64(r.judgeCalls))
 			s.chunkCalls = append(s.chunkCalls, float64(r.chunkCalls))
 			s.unjudged += r.unjudged // ungated: the whole draft, by design
-			s.streamEnd = append(s.streamEnd, ms(r.streamEnd))
-			s.lastChunk = append(s.lastChunk, ms(r.lastChunk))
-			s.finalAsked = append(s.finalAsked, ms(r.finalAsked))
-			s.finalVerdict = append(s.finalVerdict, ms(r.finalVerdict))
+			s.streamEnd = append(s.streamEnd, stats.Ms(r.streamEnd))
+			s.lastChunk = append(s.lastChunk, stats.Ms(r.lastChunk))
+			s.finalAsked = append(s.finalAsked, stats.Ms(r.finalAsked))
+			s.finalVerdict = append(s.finalVerdict, stats.Ms(r.finalVerdict))
 			// A judgement still in flight when the draft ends is called off
 			// (the whole draft is judged next): the step lists the others.
 			if r.chunksInStep > r.chunkCalls {
 				s.chunkMismatch++
 			}
 			if m.name == "judge_stream" {
-				s.gen = append(s.gen, ms(r.genFirstChunk))
-				s.reached = append(s.reached, ms(r.reached))
-				s.judge = append(s.judge, ms(r.firstJudge))
-				s.goal = append(s.goal, 1.5*ms(r.genFirstChunk+r.firstJudge))
-				s.asked = append(s.asked, ms(r.askedAt))
-				s.verdict = append(s.verdict, ms(r.verdictAt))
+				s.gen = append(s.gen, stats.Ms(r.genFirstChunk))
+				s.reached = append(s.reached, stats.Ms(r.reached))
+				s.judge = append(s.judge, stats.Ms(r.firstJudge))
+				s.goal = append(s.goal, 1.5*stats.Ms(r.genFirstChunk+r.firstJudge))
+				s.asked = append(s.asked, stats.Ms(r.askedAt))
+				s.verdict = append(s.verdict, stats.Ms(r.verdictAt))
 			}
 		}
 	}
@@ -460,19 +413,19 @@ func run(rounds, warmup int, store string) error {
 	fmt.Printf("gating: %d rounds (after %d warm-up), modes interleaved; draft %d chars at %d bytes per %s, judge %s; store %s; GOMAXPROCS %d\n\n",
 		rounds, warmup, draftChars, pieceBytes, pace, judgeTime, store, runtime.GOMAXPROCS(0))
 	fmt.Printf("%-13s %-26s %-26s %-27s %s\n", "mode", "first byte ms (min–max)", "done ms (min–max)", "judge calls/draft (chunks)", "released bytes not judged first")
-	out := map[string]any{"bench": "gating", "rounds": rounds, "store": store, "draft_chars": draftChars, "judge_ms": ms(judgeTime),
+	out := map[string]any{"bench": "gating", "rounds": rounds, "store": store, "draft_chars": draftChars, "judge_ms": stats.Ms(judgeTime),
 		"chunk_chars": chunkChars, "context_chars": contextChars, "go": runtime.Version(), "gomaxprocs": runtime.GOMAXPROCS(0)}
 	for _, m := range modes {
 		s := all[m.name]
-		first, done, calls := summarize(s.first), summarize(s.done), summarize(s.calls)
-		chunks := summarize(s.chunkCalls)
+		first, done, calls := stats.Summarize(s.first), stats.Summarize(s.done), stats.Summarize(s.calls)
+		chunks := stats.Summarize(s.chunkCalls)
 		fmt.Printf("%-13s %6.1f (%6.1f–%6.1f)      %6.1f (%6.1f–%6.1f)      %4.0f (%.0f–%.0f), %2.0f chunks     %d of %d runs' %d bytes\n", m.name,
 			first.Median, first.Min, first.Max, done.Median, done.Min, done.Max, calls.Median, calls.Min, calls.Max, chunks.Median, s.unjudged, rounds, rounds*len(draft))
-		out[m.name] = map[string]any{"first_byte_ms": first, "done_ms": done, "judge_calls": calls, "chunk_judge_calls": summarize(s.chunkCalls), "unjudged_bytes": s.unjudged, "chunk_count_mismatches": s.chunkMismatch}
+		out[m.name] = map[string]any{"first_byte_ms": first, "done_ms": done, "judge_calls": calls, "chunk_judge_calls": stats.Summarize(s.chunkCalls), "unjudged_bytes": s.unjudged, "chunk_count_mismatches": s.chunkMismatch}
 	}
 	js := all["judge_stream"]
-	gen, judge, goal, first := summarize(js.gen), summarize(js.judge), summarize(js.goal), summarize(js.first)
-	asked, verdict := summarize(js.asked), summarize(js.verdict)
+	gen, judge, goal, first := stats.Summarize(js.gen), stats.Summarize(js.judge), stats.Summarize(js.goal), stats.Summarize(js.first)
+	asked, verdict := stats.Summarize(js.asked), stats.Summarize(js.verdict)
 	met := 0
 	for i := range js.first {
 		if js.first[i] <= js.goal[i] {
@@ -484,17 +437,17 @@ func run(rounds, warmup int, store string) error {
 		gen.Median, gen.Min, gen.Max, judge.Median, judge.Min, judge.Max, goal.Median, goal.Min, goal.Max)
 	fmt.Printf("  measured first byte %.1f ms (%.1f–%.1f): met in %d of %d runs\n", first.Median, first.Min, first.Max, met, rounds)
 	fmt.Printf("  timeline (medians from the request, ms): chunk written %.1f → %d characters written %.1f → judge asked %.1f → verdict %.1f → first byte at the client %.1f\n",
-		gen.Median, chunkChars, summarize(js.reached).Median, asked.Median, verdict.Median, first.Median)
+		gen.Median, chunkChars, stats.Summarize(js.reached).Median, asked.Median, verdict.Median, first.Median)
 	fmt.Println("\nwhere the time to done goes (medians from the request, ms):")
 	fmt.Printf("%-13s %-12s %-18s %-18s %-14s %s\n", "mode", "stream ends", "last chunk judged", "whole draft asked", "its verdict", "done")
 	for _, m := range modes {
 		s := all[m.name]
 		last := "-"
 		if m.name == "judge_stream" {
-			last = fmt.Sprintf("%.1f", summarize(s.lastChunk).Median)
+			last = fmt.Sprintf("%.1f", stats.Summarize(s.lastChunk).Median)
 		}
-		fmt.Printf("%-13s %-12.1f %-18s %-18.1f %-14.1f %.1f\n", m.name, summarize(s.streamEnd).Median, last,
-			summarize(s.finalAsked).Median, summarize(s.finalVerdict).Median, summarize(s.done).Median)
+		fmt.Printf("%-13s %-12.1f %-18s %-18.1f %-14.1f %.1f\n", m.name, stats.Summarize(s.streamEnd).Median, last,
+			stats.Summarize(s.finalAsked).Median, stats.Summarize(s.finalVerdict).Median, stats.Summarize(s.done).Median)
 	}
 	gated := all["whole"].unjudged + js.unjudged
 	fmt.Printf("never a byte that was not judged (whole, judge_stream): %d unjudged bytes in %d runs\n", gated, 2*rounds)

@@ -26,31 +26,25 @@ package main
 import (
 	"bufio"
 	"bytes"
-	"context"
 	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
-	"log/slog"
-	"math"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
-	"superego/agents"
 	"superego/agents/agentstest"
-	"superego/api"
+	"superego/bench/loopback"
+	"superego/bench/stats"
 	"superego/bench/wiretap"
 	"superego/flow"
-	"superego/sqlite"
 )
 
 // The workload of issue 17.
@@ -251,54 +245,8 @@ func serve(modelURL, dir string) (url string, stop func(), err error) {
 		}
 		flows[id] = &flow.Flow{ID: id, Def: def}
 	}
-	store, err := sqlite.Open(filepath.Join(dir, "bench.db"))
-	if err != nil {
-		return "", nil, err
-	}
-	p := &agents.Providers{Default: "openai:fake", OpenAIKey: "k", OpenAIBaseURL: modelURL + "/v1"}
-	log := slog.New(slog.DiscardHandler)
-	engine := &flow.Engine{Flows: flows, Exec: &flow.Executor{Agent: &agents.Agent{Model: p.Model, Timeout: time.Minute}}, Store: store, Log: log}
-	srv := &http.Server{Handler: (&api.Server{Engine: engine, Model: "openai:fake", Log: log}).Handler(), ReadHeaderTimeout: 10 * time.Second}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		store.Close()
-		return "", nil, err
-	}
-	go srv.Serve(ln)
-	return "http://" + ln.Addr().String(), func() {
-		srv.Close()
-		engine.Close(context.Background())
-		store.Close()
-	}, nil
+	return loopback.Serve(flows, modelURL, "sqlite", dir, nil)
 }
-
-// stats is a median and the range of a sample.
-type stats struct {
-	Median float64 `json:"median"`
-	Min    float64 `json:"min"`
-	Max    float64 `json:"max"`
-}
-
-func summarize(xs []float64) stats {
-	if len(xs) == 0 {
-		return stats{-1, -1, -1}
-	}
-	s := slices.Clone(xs)
-	slices.Sort(s)
-	n := len(s)
-	round := func(x float64) float64 { return math.Round(x*10) / 10 }
-	return stats{round((s[(n-1)/2] + s[n/2]) / 2), round(s[0]), round(s[n-1])}
-}
-
-func (s stats) String() string {
-	if s.Median < 0 {
-		return "-"
-	}
-	f := func(x float64) string { return strconv.FormatFloat(x, 'f', -1, 64) }
-	return f(s.Median) + " (" + f(s.Min) + "–" + f(s.Max) + ")"
-}
-
-func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1e3 }
 
 func main() {
 	rounds := flag.Int("rounds", 12, "measured rounds; each runs every mode on ACCEPT and on BLOCK, interleaved")
@@ -377,25 +325,25 @@ func run(rounds, warmup int, sdkDir string) error {
 				s := all[key(m.name, c)]
 				s.endings[r.ending]++
 				if r.firstToken >= 0 {
-					s.first = append(s.first, ms(r.firstToken))
+					s.first = append(s.first, stats.Ms(r.firstToken))
 				}
-				s.done = append(s.done, ms(r.done))
+				s.done = append(s.done, stats.Ms(r.done))
 				s.bytes = append(s.bytes, float64(r.bytes))
 				// The fake's side; an answer's first write is the role's
 				// event, then one per piece of text.
 				for _, call := range tap.Take() {
 					switch judge := bytes.Contains(call.Body, []byte(judgeWords)); {
 					case judge && len(call.Writes) > 0:
-						s.judgeAsked = append(s.judgeAsked, ms(call.At.Sub(start)))
-						s.verdict = append(s.verdict, ms(call.Writes[0].Sub(start)))
+						s.judgeAsked = append(s.judgeAsked, stats.Ms(call.At.Sub(start)))
+						s.verdict = append(s.verdict, stats.Ms(call.Writes[0].Sub(start)))
 					case !judge:
 						s.agentCalls++
-						s.agentAsked = append(s.agentAsked, ms(call.At.Sub(start)))
+						s.agentAsked = append(s.agentAsked, stats.Ms(call.At.Sub(start)))
 						if len(call.Writes) > 1 {
-							s.agentFirst = append(s.agentFirst, ms(call.Writes[1].Sub(start)))
+							s.agentFirst = append(s.agentFirst, stats.Ms(call.Writes[1].Sub(start)))
 						}
 						s.agentPieces = append(s.agentPieces, float64(max(min(len(call.Writes)-1, pieces), 0)))
-						s.agentEnd = append(s.agentEnd, ms(call.End.Sub(start)))
+						s.agentEnd = append(s.agentEnd, stats.Ms(call.End.Sub(start)))
 						if call.HungUp {
 							s.cut++
 						}
@@ -413,8 +361,8 @@ func run(rounds, warmup int, sdkDir string) error {
 		fmt.Printf("SKIPPED (c), the Agents SDK: %s\n\n", skipped)
 	}
 	fmt.Printf("%-13s %-7s %-22s %-25s %-18s %-30s %s\n", "mode", "case", "first token ms", "done ms", "agent bytes seen", "ended", "agent pieces sent (of 51), cut")
-	out := map[string]any{"bench": "speculation", "rounds": rounds, "judge_ms": ms(judgeTime), "agent_first_token_ms": ms(firstToken),
-		"agent_stream_ms": ms(time.Duration(pieces-1) * pace), "go": runtime.Version(), "gomaxprocs": runtime.GOMAXPROCS(0)}
+	out := map[string]any{"bench": "speculation", "rounds": rounds, "judge_ms": stats.Ms(judgeTime), "agent_first_token_ms": stats.Ms(firstToken),
+		"agent_stream_ms": stats.Ms(time.Duration(pieces-1) * pace), "go": runtime.Version(), "gomaxprocs": runtime.GOMAXPROCS(0)}
 	if js != nil {
 		var v any
 		json.Unmarshal([]byte(js.versions), &v)
@@ -430,10 +378,10 @@ func run(rounds, warmup int, sdkDir string) error {
 				endings = append(endings, fmt.Sprintf("%s×%d", e, n))
 			}
 			slices.Sort(endings)
-			fmt.Printf("%-13s %-7s %-22s %-25s %-18s %-30s %s, %d of %d cut\n", m.name, c, summarize(s.first), summarize(s.done), summarize(s.bytes),
-				strings.Join(endings, " "), summarize(s.agentPieces), s.cut, s.agentCalls)
-			out[key(m.name, c)] = map[string]any{"first_token_ms": summarize(s.first), "done_ms": summarize(s.done), "agent_bytes": summarize(s.bytes),
-				"endings": s.endings, "agent_pieces_sent": summarize(s.agentPieces), "agent_calls": s.agentCalls, "agent_calls_cut": s.cut}
+			fmt.Printf("%-13s %-7s %-22s %-25s %-18s %-30s %s, %d of %d cut\n", m.name, c, stats.Summarize(s.first), stats.Summarize(s.done), stats.Summarize(s.bytes),
+				strings.Join(endings, " "), stats.Summarize(s.agentPieces), s.cut, s.agentCalls)
+			out[key(m.name, c)] = map[string]any{"first_token_ms": stats.Summarize(s.first), "done_ms": stats.Summarize(s.done), "agent_bytes": stats.Summarize(s.bytes),
+				"endings": s.endings, "agent_pieces_sent": stats.Summarize(s.agentPieces), "agent_calls": s.agentCalls, "agent_calls_cut": s.cut}
 		}
 	}
 	fmt.Println("\nwhere the time goes (medians, ms from the request; the model's side as its wire saw it):")
@@ -445,16 +393,16 @@ func run(rounds, warmup int, sdkDir string) error {
 				if len(xs) == 0 {
 					return "-"
 				}
-				return fmt.Sprintf("%.0f", summarize(xs).Median)
+				return fmt.Sprintf("%.0f", stats.Summarize(xs).Median)
 			}
 			fmt.Printf("%-13s %-7s %-12s %-13s %-12s %-18s %-16s %-12s %s\n", m.name, c, med(s.judgeAsked), med(s.verdict), med(s.agentAsked),
 				med(s.agentFirst), med(s.first), med(s.agentEnd), med(s.done))
 		}
 	}
-	bound := 1.05 * ms(max(judgeTime, firstToken+time.Duration(pieces-1)*pace))
+	bound := 1.05 * stats.Ms(max(judgeTime, firstToken+time.Duration(pieces-1)*pace))
 	b, a := all[key("b_speculate", flow.Accept)], all[key("a_sequential", flow.Accept)]
 	bBlock := all[key("b_speculate", flow.Block)]
-	done, leaked := summarize(b.done), summarize(bBlock.bytes)
+	done, leaked := stats.Summarize(b.done), stats.Summarize(bBlock.bytes)
 	within := 0
 	for _, d := range b.done {
 		if d <= bound {
@@ -463,11 +411,11 @@ func run(rounds, warmup int, sdkDir string) error {
 	}
 	fmt.Printf("\ngoal: (b) done ≤ 1.05 × max(judge, agent) = 1.05 × %.0f = %.0f ms: measured %s ms, %s (%d of %d runs within)\n",
 		bound/1.05, bound, done, verdict(done.Median <= bound), within, len(b.done))
-	fmt.Printf("      (b) done after the model's last byte: %s ms\n", summarize(subtract(b.done, b.agentEnd)))
+	fmt.Printf("      (b) done after the model's last byte: %s ms\n", stats.Summarize(subtract(b.done, b.agentEnd)))
 	fmt.Printf("      (b) bytes on BLOCK = 0: measured %s, %s\n", leaked, verdict(leaked.Max == 0))
-	fmt.Printf("      (a) pays judge + agent = %.0f ms: measured %s\n", ms(judgeTime+firstToken+time.Duration(pieces-1)*pace), summarize(a.done))
+	fmt.Printf("      (a) pays judge + agent = %.0f ms: measured %s\n", stats.Ms(judgeTime+firstToken+time.Duration(pieces-1)*pace), stats.Summarize(a.done))
 	if js != nil {
-		fmt.Printf("      (c) bytes on BLOCK: measured %s\n", summarize(all[key("c_agents_sdk", flow.Block)].bytes))
+		fmt.Printf("      (c) bytes on BLOCK: measured %s\n", stats.Summarize(all[key("c_agents_sdk", flow.Block)].bytes))
 	}
 	out["goal_done_ms"], out["goal_met"], out["goal_runs_within"] = bound, done.Median <= bound && leaked.Max == 0, within
 	line, err := json.Marshal(out)
