@@ -3,7 +3,6 @@ package agents_test
 import (
 	"context"
 	"strings"
-	"sync"
 	"testing"
 
 	"superego/agents"
@@ -12,36 +11,13 @@ import (
 	"superego/tools"
 )
 
-// memCache is a ReplyCache in a map.
-type memCache struct {
-	mu sync.Mutex
-	m  map[string][]byte
-}
-
-func (c *memCache) Reply(_ context.Context, key string) ([]byte, bool, error) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	b, ok := c.m[key]
-	return b, ok, nil
-}
-
-func (c *memCache) Keep(_ context.Context, key string, reply []byte) error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.m == nil {
-		c.m = map[string][]byte{}
-	}
-	c.m[key] = reply
-	return nil
-}
-
 // A run with a cache scope keeps its model replies; the same run again
 // makes no call, and streams and records the same; another scope (another
 // repeat) calls again.
 func TestRepliesAreCachedByScope(t *testing.T) {
 	fake := agentstest.OpenAI(t, calcScript)
 	p := &agents.Providers{Default: "openai:gpt-test", OpenAIKey: "k", OpenAIBaseURL: fake.URL + "/v1"}
-	agent := &agents.Agent{Model: p.Model, Tools: tools.Set{"calculator": tools.Calculator()}, Cache: &memCache{}}
+	agent := &agents.Agent{Model: p.Model, Tools: tools.Set{"calculator": tools.Calculator()}, Cache: &agentstest.Cache{}}
 	d, err := flow.Parse([]byte(calcFlow), flow.Catalog{Tools: agent.Tools.Names(), Providers: agents.ProviderNames})
 	if err != nil {
 		t.Fatal(err)

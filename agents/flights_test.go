@@ -6,36 +6,12 @@ import (
 	"fmt"
 	"runtime"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"superego/agents/agentstest"
 	"superego/flow"
 )
-
-// mapCache is a ReplyCache in a map.
-type mapCache struct {
-	mu sync.Mutex
-	m  map[string][]byte
-}
-
-func (c *mapCache) Reply(_ context.Context, key string) ([]byte, bool, error) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	b, ok := c.m[key]
-	return b, ok, nil
-}
-
-func (c *mapCache) Keep(_ context.Context, key string, reply []byte) error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.m == nil {
-		c.m = map[string][]byte{}
-	}
-	c.m[key] = reply
-	return nil
-}
 
 // waiters waits until n tasks wait on the one call in flight, and
 // reports them: a task joins a flight with no event to wait on, so the
@@ -72,7 +48,7 @@ func TestIdenticalCallsInFlightAreMadeOnce(t *testing.T) {
 		return a
 	})
 	p := &Providers{Default: "openai:fake", OpenAIKey: "k", OpenAIBaseURL: fake.URL + "/v1"}
-	agent := &Agent{Model: p.Model, Cache: &mapCache{}}
+	agent := &Agent{Model: p.Model, Cache: &agentstest.Cache{}}
 	d, err := flow.Parse([]byte(`{"name": "one", "graph": {"start": "assistant", "nodes": {"assistant": {"type": "inner_agent", "agent_id": "assistant",
 		"system_prompt": "Answer.", "transitions": {"COMPLETE": null}}}}}`), flow.Catalog{Providers: ProviderNames})
 	if err != nil {
@@ -194,9 +170,9 @@ func TestSharedCallOutlivesItsFirstTask(t *testing.T) {
 	}
 }
 
-// lateCache keeps nothing it is given until it is told to: a store that
-// queues its writes (SQLite) has a reply a commit after the call ended.
-type lateCache struct{ mapCache }
+// lateCache keeps nothing it is given, as a store that queues its writes
+// (SQLite) has not yet kept a reply the moment its call ends.
+type lateCache struct{ agentstest.Cache }
 
 func (c *lateCache) Keep(context.Context, string, []byte) error { return nil }
 

@@ -585,21 +585,11 @@ func TestJudgementMetricsCarryNoText(t *testing.T) {
 // how it was decided, and a reviewer approves it from the page, with the
 // admin token: the call runs, and the step shows it.
 func TestReviewACallInBrowser(t *testing.T) {
-	chrome := os.Getenv("SUPEREGO_CHROME")
-	if chrome == "" {
-		t.Skip("SUPEREGO_CHROME is not set: no browser to drive (.ci/run installs chromium and sets it)")
-	}
 	f := serveActions(t, map[string]string{"actions": sprintf(actionsFlow, `, "tool_judge": "judge", "permissions": {"ask": ["write_file"], "deny": ["delete_file"]}`, "")}, judged(calls(
 		agentstest.Call{ID: "w1", Name: "write_file", Args: `{"path": "plan.txt", "content": "from the page"}`},
 		agentstest.Call{ID: "d1", Name: "delete_file", Args: `{"path": "plan.txt"}`},
 	), func(agentstest.Request) agentstest.Answer { return agentstest.Reply("", "ACCEPT", "", "") }))
-	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(chrome), chromedp.NoSandbox, chromedp.WindowSize(1100, 1000))
-	alloc, cancel := chromedp.NewExecAllocator(context.Background(), opts...)
-	defer cancel()
-	ctx, cancel := chromedp.NewContext(alloc)
-	defer cancel()
-	ctx, cancel = context.WithTimeout(ctx, 60*time.Second)
-	defer cancel()
+	ctx := browser(t)
 	var waiting, steps, instance string
 	err := chromedp.Run(ctx,
 		chromedp.Navigate(f.url+"/"),

@@ -222,7 +222,7 @@ func clientLoop(t *testing.T, f *fixture, user, extra string) (answers []agentRe
 	for len(answers) < 6 {
 		b, _ := json.Marshal(msgs)
 		resp := f.v1(t, `{"model": "guarded_agent", "tools": `+taskTools+`, "messages": `+string(b)+extra+`}`)
-		a := agentReply{instance: resp.Header.Get("X-Superego-Instance-Id"), status: resp.StatusCode, raw: bodyOf(t, resp)}
+		a := agentReply{instance: resp.Header.Get("X-Superego-Instance-Id"), status: resp.StatusCode, raw: body(t, resp)}
 		if err := json.Unmarshal([]byte(a.raw), &a); err != nil {
 			t.Fatalf("%v: %s", err, a.raw)
 		}

@@ -2,8 +2,6 @@ package api_test
 
 import (
 	"encoding/json"
-	"io"
-	"net/http"
 	"os"
 	"regexp"
 	"strings"
@@ -104,15 +102,8 @@ func newAgentFixture(t *testing.T, defs map[string]string, set func(*api.Server)
 type agentReply struct {
 	Choices []struct {
 		Message struct {
-			Content   *string `json:"content"`
-			ToolCalls []struct {
-				ID       string `json:"id"`
-				Type     string `json:"type"`
-				Function struct {
-					Name      string `json:"name"`
-					Arguments string `json:"arguments"`
-				} `json:"function"`
-			} `json:"tool_calls"`
+			Content   *string    `json:"content"`
+			ToolCalls []toolCall `json:"tool_calls"`
 		} `json:"message"`
 		FinishReason string `json:"finish_reason"`
 	} `json:"choices"`
@@ -121,12 +112,22 @@ type agentReply struct {
 	raw      string
 }
 
+// toolCall is a call in a chat completion, as the client sends it back.
+type toolCall struct {
+	ID       string `json:"id"`
+	Type     string `json:"type"`
+	Function struct {
+		Name      string `json:"name"`
+		Arguments string `json:"arguments"`
+	} `json:"function"`
+}
+
 // ask posts messages (a JSON array) to model with the client's tools.
 func ask(t *testing.T, f *fixture, model, messages string, extra ...string) agentReply {
 	t.Helper()
-	body := `{"model": "` + model + `", "tools": ` + clientTools + `, "messages": ` + messages + strings.Join(extra, "") + `}`
-	resp := f.v1(t, body)
-	raw := bodyOf(t, resp)
+	req := `{"model": "` + model + `", "tools": ` + clientTools + `, "messages": ` + messages + strings.Join(extra, "") + `}`
+	resp := f.v1(t, req)
+	raw := body(t, resp)
 	var r agentReply
 	json.Unmarshal([]byte(raw), &r)
 	r.instance, r.status, r.raw = resp.Header.Get("X-Superego-Instance-Id"), resp.StatusCode, raw
@@ -134,31 +135,10 @@ func ask(t *testing.T, f *fixture, model, messages string, extra ...string) agen
 	return r
 }
 
-func bodyOf(t *testing.T, resp *http.Response) string {
-	t.Helper()
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return string(b)
-}
-
 // toolRound is the messages that answer a reply's calls with results.
 func toolRound(user string, r agentReply, results ...string) string {
-	type call struct {
-		ID       string `json:"id"`
-		Type     string `json:"type"`
-		Function struct {
-			Name      string `json:"name"`
-			Arguments string `json:"arguments"`
-		} `json:"function"`
-	}
 	msgs := []any{map[string]string{"role": "user", "content": user}}
-	var calls []call
-	for _, c := range r.Choices[0].Message.ToolCalls {
-		calls = append(calls, call{c.ID, c.Type, c.Function})
-	}
+	calls := r.Choices[0].Message.ToolCalls
 	msgs = append(msgs, map[string]any{"role": "assistant", "content": nil, "tool_calls": calls})
 	for i, res := range results {
 		msgs = append(msgs, map[string]string{"role": "tool", "tool_call_id": calls[i].ID, "content": res})
@@ -275,7 +255,7 @@ func TestForgedAndPartialToolResults(t *testing.T) {
 	}
 	resp := f.do(t, "POST", "/v1/chat/completions", `{"model": "guarded_agent", "tools": `+clientTools+`, "messages": `+toolRound(user, two, "Sunny", "Rainy")+`}`,
 		"Authorization", "Bearer "+otherAPIKey)
-	if raw := bodyOf(t, resp); resp.StatusCode != 404 || !strings.Contains(raw, `"code":"tool_call_not_found"`) {
+	if raw := body(t, resp); resp.StatusCode != 404 || !strings.Contains(raw, `"code":"tool_call_not_found"`) {
 		t.Errorf("another key's results: %d %s", resp.StatusCode, raw)
 	}
 	both := ask(t, f, "guarded_agent", toolRound(user, two, "Sunny", "Rainy"))
@@ -289,7 +269,7 @@ func TestForgedAndPartialToolResults(t *testing.T) {
 func TestClientToolCallsStream(t *testing.T) {
 	f, _ := newAgentFixture(t, nil, nil)
 	resp := f.v1(t, `{"model": "guarded_agent", "stream": true, "tools": `+clientTools+`, "messages": [{"role": "user", "content": "Weather in Paris and Rome?"}]}`)
-	raw := bodyOf(t, resp)
+	raw := body(t, resp)
 	var idx []int
 	var names []string
 	finish := ""
@@ -352,7 +332,7 @@ func TestClientToolsChecks(t *testing.T) {
 		{`{"model": "own", "tools": [{"type": "function", "function": {"name": "a b"}}], "messages": [{"role": "user", "content": "x"}]}`, "tools[0].function.name", "invalid_value"},
 	} {
 		resp := f.v1(t, c.body)
-		raw := bodyOf(t, resp)
+		raw := body(t, resp)
 		if resp.StatusCode != 400 || !strings.Contains(raw, `"param":"`+c.param+`"`) || !strings.Contains(raw, `"code":"`+c.code+`"`) {
 			t.Errorf("%s: %d %s", c.body, resp.StatusCode, raw)
 		}

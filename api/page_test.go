@@ -116,15 +116,32 @@ func TestPageIsSelfContained(t *testing.T) {
 	}
 }
 
+// browser is a context that drives headless Chromium, SUPEREGO_CHROME, for
+// a minute at most, and closes it when the test's defers have run. The
+// test skips when SUPEREGO_CHROME is not set.
+func browser(t *testing.T) context.Context {
+	t.Helper()
+	chrome := os.Getenv("SUPEREGO_CHROME")
+	if chrome == "" {
+		t.Skip("SUPEREGO_CHROME is not set: no browser to drive (.ci/run installs chromium and sets it)")
+	}
+	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(chrome), chromedp.NoSandbox, chromedp.WindowSize(1100, 1000))
+	alloc, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
+	ctx, cancelBrowser := chromedp.NewContext(alloc)
+	ctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	t.Cleanup(func() {
+		cancel()
+		cancelBrowser()
+		cancelAlloc()
+	})
+	return ctx
+}
+
 // TestPageInBrowser drives the page in headless Chromium: the seed
 // calculator flow on a scripted model, a BLOCK, and a clarification answered
 // on the same instance. SUPEREGO_CHROME names the browser (.ci/run installs
 // Debian's chromium and sets it).
 func TestPageInBrowser(t *testing.T) {
-	chrome := os.Getenv("SUPEREGO_CHROME")
-	if chrome == "" {
-		t.Skip("SUPEREGO_CHROME is not set: no browser to drive (.ci/run installs chromium and sets it)")
-	}
 	seed, err := os.ReadFile("../flows/basic_calculator.json")
 	if err != nil {
 		t.Fatal(err)
@@ -156,13 +173,7 @@ func TestPageInBrowser(t *testing.T) {
 			s.Experiments = lab
 		})
 
-	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(chrome), chromedp.NoSandbox, chromedp.WindowSize(1100, 1000))
-	alloc, cancel := chromedp.NewExecAllocator(context.Background(), opts...)
-	defer cancel()
-	ctx, cancel := chromedp.NewContext(alloc)
-	defer cancel()
-	ctx, cancel = context.WithTimeout(ctx, 60*time.Second)
-	defer cancel()
+	ctx := browser(t)
 
 	status := func(want string) chromedp.Action {
 		return chromedp.WaitVisible(`#status[data-status="`+want+`"]`, chromedp.ByQuery)

@@ -1,7 +1,6 @@
 package api_test
 
 import (
-	"context"
 	"encoding/json"
 	"net/http"
 	"os"
@@ -10,7 +9,6 @@ import (
 	"slices"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/chromedp/chromedp"
 
@@ -346,18 +344,8 @@ func TestBasisCarriesNoModelText(t *testing.T) {
 // message, and shows each step's stack and basis. SUPEREGO_CHROME names
 // the browser, as for TestPageInBrowser.
 func TestPageStackInBrowser(t *testing.T) {
-	chrome := os.Getenv("SUPEREGO_CHROME")
-	if chrome == "" {
-		t.Skip("SUPEREGO_CHROME is not set: no browser to drive (.ci/run installs chromium and sets it)")
-	}
 	f := serveStacks(t)
-	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(chrome), chromedp.NoSandbox, chromedp.WindowSize(1100, 1000))
-	alloc, cancel := chromedp.NewExecAllocator(context.Background(), opts...)
-	defer cancel()
-	ctx, cancel := chromedp.NewContext(alloc)
-	defer cancel()
-	ctx, cancel = context.WithTimeout(ctx, 60*time.Second)
-	defer cancel()
+	ctx := browser(t)
 	var steps, summary string
 	var listed int
 	var shot []byte

@@ -322,6 +322,8 @@ func mustSubscribe(t *testing.T, e *flow.Engine, id string) *flow.Subscription {
 	return sub
 }
 
+// A run whose flow is gone when the server restarts ends failed, saying
+// why, and its done carries usage as every done does.
 func TestRecoverFailsARunWhoseFlowIsGone(t *testing.T) {
 	ctx := context.Background()
 	store := &flow.MemStore{}
@@ -335,7 +337,7 @@ func TestRecoverFailsARunWhoseFlowIsGone(t *testing.T) {
 	}
 	events, _ := store.Events(ctx, "x", 0)
 	if len(events) != 3 || events[1].Data.(flow.ErrorData).Message != `flow "vanished" is not loaded any more, so the interrupted run cannot resume` ||
-		events[2].Data.(flow.Done).Status != flow.StatusFailed || events[2].ID != 3 {
+		events[2].Data.(flow.Done).Status != flow.StatusFailed || events[2].Data.(flow.Done).Usage == nil || events[2].ID != 3 {
 		t.Errorf("events %+v", events)
 	}
 }

@@ -1,7 +1,6 @@
 package flow_test
 
 import (
-	"context"
 	"encoding/json"
 	"testing"
 
@@ -37,23 +36,5 @@ func TestDoneAlwaysCarriesUsage(t *testing.T) {
 				t.Errorf("%s: %s, want usage %s", done.Name, b, c.want)
 			}
 		})
-	}
-}
-
-// A run that cannot resume after a crash ends with usage too.
-func TestRecoveredFailureCarriesUsage(t *testing.T) {
-	ctx := context.Background()
-	store := &flow.MemStore{}
-	ignore := func(error) {}
-	store.Create(flow.Instance{ID: "x", FlowID: "vanished"}, ignore)
-	store.Append("x", []flow.Event{{ID: 1, Name: flow.EventRunStart, Data: flow.RunStart{InstanceID: "x"}}}, ignore)
-	e := newEngine(t, newGated(), 0)
-	e.Store = store
-	if _, err := e.Recover(ctx, nil); err != nil {
-		t.Fatal(err)
-	}
-	events, _ := store.Events(ctx, "x", 0)
-	if done, ok := events[len(events)-1].Data.(flow.Done); !ok || done.Usage == nil {
-		t.Errorf("the failed run's done: %+v", events[len(events)-1])
 	}
 }

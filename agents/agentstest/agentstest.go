@@ -5,6 +5,7 @@
 package agentstest
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -420,4 +421,27 @@ func contentText(raw json.RawMessage) string {
 		b.WriteString(p.Text)
 	}
 	return b.String()
+}
+
+// Cache is a reply cache (agents.ReplyCache) in a map.
+type Cache struct {
+	mu sync.Mutex
+	m  map[string][]byte
+}
+
+func (c *Cache) Reply(_ context.Context, key string) ([]byte, bool, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	b, ok := c.m[key]
+	return b, ok, nil
+}
+
+func (c *Cache) Keep(_ context.Context, key string, reply []byte) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.m == nil {
+		c.m = map[string][]byte{}
+	}
+	c.m[key] = reply
+	return nil
 }
