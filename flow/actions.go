@@ -535,8 +535,11 @@ func (r *runner) finishInterrupted() error {
 			u.Calls[i].Output = Interrupted
 		}
 	}
-	s := Step{AgentID: node.AgentID, Node: node.Name, Role: RoleAssistant, Input: r.task(r.steps, nil, node).Input, ToolUsage: u.Calls,
+	s := Step{AgentID: node.AgentID, Node: node.Name, Role: RoleAssistant, ToolUsage: u.Calls,
 		Decision: NeedsTool, Fallback: "the run was interrupted while its tool calls ran; none runs again"}
+	if task := r.task(r.steps, nil, node); !task.fromWithheld {
+		s.Input = task.Input // and none of a draft the user was not shown
+	}
 	if node.Type == Superego {
 		s.Constitution = node.Constitution
 	} else {

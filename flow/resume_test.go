@@ -2,6 +2,7 @@ package flow_test
 
 import (
 	"context"
+	"strings"
 	"sync"
 	"testing"
 
@@ -42,5 +43,42 @@ func TestResumedRunKeepsTheUsersMessage(t *testing.T) {
 	}
 	if seen["agent"] != [2]string{"What is 6*7?", "What is 6*7?"} || seen["out"] != [2]string{"What is 6*7?", "42"} {
 		t.Errorf("what the resumed nodes were given: %q", seen)
+	}
+}
+
+// A run cut short while the tool calls of an agent given a withheld draft
+// ran resumes by recording that iteration's step without its input: the
+// draft was never shown to the user, and no step shows it (SPEC §3a).
+func TestInterruptedCallsOnAWithheldDraftKeepItHidden(t *testing.T) {
+	const draft = "WITHHELD-DRAFT-MARKER"
+	def := mustParse(t, `{"name": "w", "graph": {"start": "draft", "nodes": {
+	  "draft": {"type": "inner_agent", "agent_id": "draft", "transitions": {"COMPLETE": "fixer"}},
+	  "fixer": {"type": "inner_agent", "agent_id": "fixer", "tools": ["calculator"], "transitions": {"COMPLETE": null, "NEEDS_TOOL": "self"}}}}}`)
+	next := func(s string) *string { return &s }
+	prior := []flow.Step{
+		{StepID: "1", AgentID: "user", Role: flow.RoleUser, Response: "Q", NextAgent: next("draft")},
+		{StepID: "2", AgentID: "draft", Node: "draft", Role: flow.RoleAssistant, Decision: "COMPLETE", Withheld: "gate", WithheldResponse: draft, NextAgent: next("fixer")},
+	}
+	// The log's last event: the fixer's call began, and the crash came.
+	st := flow.Replay([]flow.Event{{ID: 1, Name: flow.EventToolCall, Data: flow.ToolCall{Node: "fixer", ToolName: "calculator", Input: []byte(`{"expression":"1+1"}`), ToolCallID: "c1"}}})
+	agent := agentFunc(func(task *flow.Task) (flow.Reply, error) { return reply("COMPLETE", "fixed"), nil })
+	var steps []flow.Step
+	out := (&flow.Executor{Agent: agent}).Run(context.Background(),
+		flow.Turn{FlowID: "w", Def: def, InstanceID: "i", RunID: "r2", Steps: prior, Resume: true, Unfinished: st.Unfinished},
+		flow.Sink{Emit: func(evs ...flow.Event) error {
+			for _, e := range evs {
+				if s, ok := e.Data.(flow.Step); ok {
+					steps = append(steps, s)
+				}
+			}
+			return nil
+		}})
+	if out.Status != flow.StatusCompleted || len(steps) == 0 || steps[0].Node != "fixer" || steps[0].Decision != flow.NeedsTool {
+		t.Fatalf("resumed run: %s, steps %+v", out.Status, steps)
+	}
+	for _, s := range steps {
+		if strings.Contains(s.Input, draft) {
+			t.Errorf("step %s (%s) shows the withheld draft as its input", s.StepID, s.Node)
+		}
 	}
 }
