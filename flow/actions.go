@@ -93,7 +93,11 @@ type Calls struct {
 	mu    sync.Mutex
 	calls []*call
 	lost  Usage // tokens of judgements whose call changed before its verdict
-	ended *Step // a judge's BLOCK that ends the run
+	// forgetting are the judgements of replaced or dropped calls still
+	// going: spent waits for them, so that none outlives its iteration
+	// and their tokens are counted.
+	forgetting sync.WaitGroup
+	ended      *Step // a judge's BLOCK that ends the run
 }
 
 // call is one proposed call and how it was decided.
@@ -142,7 +146,7 @@ func (c *Calls) Propose(i int, use ToolUse, info ToolInfo, run func(ctx context.
 		if old.use.ToolName == use.ToolName && string(old.use.Input) == string(use.Input) {
 			return
 		}
-		go c.forget(old)
+		c.forgetting.Go(func() { c.forget(old) })
 	}
 	k := &call{use: use, info: info, run: run, decided: make(chan struct{})}
 	c.calls[i] = k
@@ -194,8 +198,10 @@ func (c *Calls) forget(k *call) {
 }
 
 // spent are the tokens of judgements made for calls the model changed or
-// dropped before its reply ended, counted so far.
+// dropped before its reply ended, once those judgements have ended. It is
+// read once the agent's call has returned, when no call is proposed.
 func (c *Calls) spent() Usage {
+	c.forgetting.Wait()
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.lost
@@ -251,7 +257,7 @@ func (c *Calls) Finish(ctx context.Context, n int) ([]ToolUse, error) {
 	calls := slices.Clone(c.calls[:min(n, len(c.calls))])
 	for _, k := range c.calls[len(calls):] {
 		if k != nil {
-			go c.forget(k)
+			c.forgetting.Go(func() { c.forget(k) })
 		}
 	}
 	c.mu.Unlock()

@@ -960,6 +960,10 @@ func (r *runner) act(ctx context.Context, node *Node) (step Step, by *Node, err 
 		err = failed
 	}
 	step, err = r.stepOf(node, task, reply, err)
+	if err != nil && reply.Usage != nil { // a call that made no step: its tokens were spent all the same
+		r.usage.PromptTokens += reply.Usage.PromptTokens
+		r.usage.CompletionTokens += reply.Usage.CompletionTokens
+	}
 	if c != nil && c.withholding && err == nil {
 		step.Fallback = fmt.Sprintf("the call was stopped: %s decided %s on the draft after its first %d characters", c.judge.Name, c.withheld.Decision, c.released)
 	}

@@ -318,7 +318,8 @@ func (sp *speculation) run(ctx context.Context, r *runner, steps []Step, iters, 
 		r.nodeEnded(actCtx, n, task.StepID, true, step.Decision, err)
 		if err != nil {
 			if reply.Usage != nil {
-				sp.lost = *reply.Usage
+				sp.lost.PromptTokens += reply.Usage.PromptTokens
+				sp.lost.CompletionTokens += reply.Usage.CompletionTokens
 			}
 			sp.fail = err
 			return

@@ -1,7 +1,9 @@
 package flow_test
 
 import (
+	"context"
 	"encoding/json"
+	"errors"
 	"testing"
 
 	"superego/flow"
@@ -36,5 +38,40 @@ func TestDoneAlwaysCarriesUsage(t *testing.T) {
 				t.Errorf("%s: %s, want usage %s", done.Name, b, c.want)
 			}
 		})
+	}
+}
+
+// A call that fails after a call it proposed was judged and then replaced
+// made no step, and its tokens count all the same, with that judgement's:
+// in a speculative turn, which is then discarded, and when the node runs
+// again for real.
+func TestFailedSpeculativeTurnCountsItsJudgements(t *testing.T) {
+	def, err := flow.Parse([]byte(`{"name": "s", "graph": {"start": "in", "nodes": {
+	  "in": {"type": "superego", "agent_id": "in", "constitution": "c", "speculate": true, "transitions": {"ACCEPT": "a", "BLOCK": null}},
+	  "a": {"type": "inner_agent", "agent_id": "a", "tools": ["calculator"], "tool_judge": "j", "transitions": {"COMPLETE": null, "NEEDS_TOOL": "self"}},
+	  "j": {"type": "superego", "agent_id": "j", "constitution": "c"}}}}`), actionCatalog)
+	if err != nil {
+		t.Fatal(err)
+	}
+	agent := agentFunc(func(task *flow.Task) (flow.Reply, error) {
+		switch task.Node.Name {
+		case "j":
+			return flow.Reply{Decision: flow.Accept, Usage: &flow.Usage{PromptTokens: 7, CompletionTokens: 1}}, nil
+		case "a":
+			run := func(context.Context) flow.Result { return flow.Result{Output: "2"} }
+			task.Calls.Propose(0, flow.ToolUse{ID: "c1", ToolName: "calculator", Input: []byte(`{"expression":"1+1"}`)}, flow.ToolInfo{}, run)
+			task.Calls.Propose(0, flow.ToolUse{ID: "c1", ToolName: "calculator", Input: []byte(`{"expression":"2+2"}`)}, flow.ToolInfo{}, run)
+			return flow.Reply{Usage: &flow.Usage{PromptTokens: 100, CompletionTokens: 10}}, errors.New("the provider failed")
+		}
+		return reply(flow.Accept, ""), nil
+	})
+	r := runTurn(t, def, agent, nil, "hi")
+	done, ok := r.events[len(r.events)-1].Data.(flow.Done)
+	if !ok || done.Status != flow.StatusFailed || done.Usage == nil {
+		t.Fatalf("the run's end: %+v", r.events[len(r.events)-1])
+	}
+	// The node's run for real did the same: its tokens are the run's.
+	if u := *done.Usage; u.SpeculativePromptTokens != 107 || u.SpeculativeCompletionTokens != 11 || u.PromptTokens != 107 || u.CompletionTokens != 11 {
+		t.Errorf("usage %+v: want, both speculative and not, a replaced call's judgement (7+1) and a failed call (100+10)", u)
 	}
 }
