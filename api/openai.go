@@ -378,7 +378,7 @@ func readMessages(req *chatRequest, raw json.RawMessage) error {
 		return invalid("messages", "array_above_max_length", "Invalid 'messages': array too long. Expected an array with maximum length %d, but got an array with length %d instead.", MaxMessages, len(msgs))
 	}
 	req.prior = make([]flow.Step, 0, len(msgs)-1)
-	lastUser := -1
+	lastUser, lastRole := -1, ""
 	for i, m := range msgs {
 		at := fmt.Sprintf("messages[%d]", i)
 		var msg chatMessage
@@ -411,8 +411,7 @@ func readMessages(req *chatRequest, raw json.RawMessage) error {
 				text = *msg.Refusal // a refusal the client was given, sent back
 			}
 			if len(msg.ToolCalls) > 0 && !asksNothing(msg.ToolCalls) {
-				var calls []json.RawMessage
-				if json.Unmarshal(msg.ToolCalls, &calls) != nil {
+				if jsonKind(msg.ToolCalls) != "an array" {
 					return wrongType(at+".tool_calls", "an array of tool calls", msg.ToolCalls)
 				}
 				req.results = nil // results after these answer them
@@ -430,19 +429,15 @@ func readMessages(req *chatRequest, raw json.RawMessage) error {
 		default:
 			return invalid(at+".role", "invalid_value", "Invalid value: '%s.role' is %q; it must be one of system, developer, user, assistant, tool.", at, role)
 		}
+		lastRole = role
 	}
 	if lastUser < 0 {
 		return invalid("messages", "invalid_value", "Invalid value: 'messages' has no user message, and a flow's input is the user's message.")
 	}
-	last := len(msgs) - 1
-	var tail chatMessage
-	json.Unmarshal(msgs[last], &tail)
-	if role := *tail.Role; role != "user" && role != "tool" {
+	if lastRole != "user" && lastRole != "tool" {
+		last := len(msgs) - 1
 		return invalid(fmt.Sprintf("messages[%d].role", last), "invalid_value",
-			"Invalid value: the last message must be the user's, the flow's input, or a tool's result, and 'messages[%d].role' is %q.", last, role)
-	}
-	if *tail.Role == "user" {
-		req.results = nil
+			"Invalid value: the last message must be the user's, the flow's input, or a tool's result, and 'messages[%d].role' is %q.", last, lastRole)
 	}
 	req.input = req.prior[lastUser].Response
 	req.prior = slices.Delete(req.prior, lastUser, len(req.prior)) // what came after it, the client's tool round, is no history
@@ -654,9 +649,6 @@ func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request) error {
 	if opts.Stack, err = s.stackFor(r, req.constitutions); err != nil {
 		return openAIStackError(err)
 	}
-	if err != nil {
-		return err
-	}
 	opts.Owner = s.owner(r)
 	var sub *flow.Subscription
 	if len(req.results) > 0 && opts.Client != nil {
@@ -721,11 +713,7 @@ func (s *Server) clientOptions(req *chatRequest, def *flow.Definition, upstream 
 	case string(req.choice) == `"required"` && len(req.tools) == 0:
 		return opts, invalid("tool_choice", "invalid_value", "Invalid value: 'tool_choice' is \"required\", and 'tools' is empty.")
 	}
-	if len(req.tools) > 0 || len(req.choice) > 0 || req.parallel != nil {
-		opts.Client = &flow.ClientTools{Tools: req.tools, Choice: req.choice, Parallel: req.parallel}
-	} else {
-		opts.Client = &flow.ClientTools{}
-	}
+	opts.Client = &flow.ClientTools{Tools: req.tools, Choice: req.choice, Parallel: req.parallel}
 	if upstream != "" {
 		allowed := s.UpstreamModels
 		if len(allowed) == 0 && agent.Model != "" {
