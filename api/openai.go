@@ -486,6 +486,9 @@ func readTools(req *chatRequest, raw json.RawMessage) error {
 // readToolChoice reads tool_choice: "none", "auto", "required", or a named
 // function; which the tools must have is checked once they are read.
 func readToolChoice(req *chatRequest, raw json.RawMessage) error {
+	if string(bytes.TrimSpace(raw)) == "null" {
+		return nil // as if not sent, as null is for every parameter here
+	}
 	var word string
 	if json.Unmarshal(raw, &word) == nil {
 		if word != "none" && word != "auto" && word != "required" {
@@ -499,9 +502,6 @@ func readToolChoice(req *chatRequest, raw json.RawMessage) error {
 		Function struct {
 			Name string `json:"name"`
 		} `json:"function"`
-	}
-	if string(raw) == "null" {
-		return nil
 	}
 	if json.Unmarshal(raw, &named) != nil || named.Type != "function" || named.Function.Name == "" {
 		return wrongType("tool_choice", `"none", "auto", "required", or {"type": "function", "function": {"name": …}}`, raw)

@@ -710,6 +710,16 @@ func TestOpenAIIgnoredParameters(t *testing.T) {
 	}
 }
 
+// A tool_choice of null, as some clients send for "not set", is taken as
+// not sent, as null is for every other parameter.
+func TestOpenAINullToolChoice(t *testing.T) {
+	f := newOpenAIFixture(t, 0)
+	resp := f.v1(t, `{"model": "calc", "messages": [{"role": "user", "content": "What is 6*7?"}], "tool_choice": null, "parallel_tool_calls": null}`)
+	if b := body(t, resp); resp.StatusCode != 200 || !strings.Contains(b, `"content":"The answer is 42."`) {
+		t.Errorf("%d %s", resp.StatusCode, b)
+	}
+}
+
 // Too many runs is a 429 with Retry-After; a cancelled run is an error
 // that OpenAI's SDKs are told not to retry; shutting down is a 503, and a
 // stream the shutdown stops ends with an error chunk.
