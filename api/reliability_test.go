@@ -337,14 +337,17 @@ func TestShutdownEndsAnExecuteStreamWithErrorAndDone(t *testing.T) {
 	}
 }
 
-// countingReads counts the reads of instances' logs.
+// countingReads counts the reads of instances' logs, each taking at least
+// slow once it is set: a large log on a busy disk.
 type countingReads struct {
 	flow.Store
 	reads atomic.Int64
+	slow  atomic.Int64 // a time.Duration
 }
 
 func (c *countingReads) Events(ctx context.Context, id string, after int64) ([]flow.Event, error) {
 	c.reads.Add(1)
+	time.Sleep(time.Duration(c.slow.Load()))
 	return c.Store.Events(ctx, id, after)
 }
 
@@ -364,6 +367,10 @@ func TestStalledReplaysComingAtOnceShareOneRead(t *testing.T) {
 	if resp.StatusCode != 200 || id == "" {
 		t.Fatalf("%d %q", resp.StatusCode, id)
 	}
+	// The log's read outlasts the replays' coming: on a fast disk the
+	// first replay could be written whole to the kernel's buffers, and
+	// done, before the last came, and that one would read the log again.
+	store.slow.Store(int64(time.Second))
 	before := store.reads.Load()
 	peak := heapPeak(func() {
 		var wg sync.WaitGroup
