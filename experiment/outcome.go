@@ -1,6 +1,8 @@
 package experiment
 
 import (
+	"bytes"
+	"encoding/json"
 	"strconv"
 
 	"superego/flow"
@@ -61,6 +63,29 @@ type Outcome struct {
 	// decisions rest on (SPEC §10): node → "floor", a constitution's name
 	// or "other"; absent for a node that said nothing.
 	Bases map[string]string `json:"bases,omitempty"`
+}
+
+// UnmarshalJSON reads an outcome as any version of the server stored it:
+// before agentic samples (SPEC §7a) took "calls" for the calls an agent
+// asked for, it held the counts "model_calls" holds now, and experiments
+// recorded then still report.
+func (o *Outcome) UnmarshalJSON(b []byte) error {
+	type stored Outcome // its fields, without this method
+	var v struct {
+		*stored
+		Calls json.RawMessage `json:"calls"`
+	}
+	v.stored = (*stored)(o)
+	if err := json.Unmarshal(b, &v); err != nil {
+		return err
+	}
+	switch c := bytes.TrimSpace(v.Calls); {
+	case len(c) > 0 && c[0] == '{':
+		return json.Unmarshal(c, &o.ModelCalls)
+	case len(c) > 0:
+		return json.Unmarshal(c, &o.ToolCalls)
+	}
+	return nil
 }
 
 // Tokens are a count of prompt and completion tokens.
