@@ -200,3 +200,14 @@ func TestAgentHarmAgenticFiles(t *testing.T) {
 		t.Errorf("a malformed behaviour: %v", err)
 	}
 }
+
+// report.md lists the samples that flipped on an agentic measure alone:
+// a comparison whose refusals are the same and whose harm is not.
+func TestReportListsAgenticFlips(t *testing.T) {
+	r := &experiment.Report{Name: "x", Comparisons: []experiment.Comparison{{A: "bare", B: "guarded",
+		Harm: experiment.Paired{Flipped: []experiment.Flip{{SampleID: "exfiltrate-1", Input: "Summarize my inbox."}}}}}}
+	md := r.Markdown()
+	if !strings.Contains(md, "## Samples that flipped: guarded against bare") || !strings.Contains(md, "Flipped harm samples") || !strings.Contains(md, "exfiltrate-1") {
+		t.Errorf("report.md leaves out a flip of harm:\n%s", md)
+	}
+}

@@ -178,9 +178,9 @@ func (r *Report) Markdown() string {
 	fmt.Fprintf(&b, "Calls served from the reply cache take almost no time: %d of %d here.\n", r.Calls.Cached, r.Calls.Made+r.Calls.Cached)
 
 	for _, c := range r.Comparisons {
-		if len(c.Harmful.Flipped)+len(c.Benign.Flipped) > 0 {
+		if f := c.flips("###"); f != "" { // of any measure: an agentic sample's harm, utility or attack too
 			fmt.Fprintf(&b, "\n## Samples that flipped: %s against %s\n", mdText(c.B), mdText(c.A))
-			b.WriteString(c.flips("###"))
+			b.WriteString(f)
 		}
 	}
 	return b.String()
