@@ -207,15 +207,20 @@ func (c *Calls) spent() Usage {
 	return c.lost
 }
 
+// judgeDecisions are what a judge of an action may decide: a result is
+// accepted or blocked, as no person is asked about one.
+func judgeDecisions(kind string) []string {
+	if kind == KindResult {
+		return []string{Accept, Block}
+	}
+	return []string{Accept, Block, HumanReview}
+}
+
 // judge asks a judge node about an action. It runs on its own goroutine.
 func (c *Calls) judge(judge *Node, a *Action) (v *verdict) {
 	v = &verdict{judge: judge, kind: a.Kind, input: a.text(), stack: stackFor(judge, c.stack), start: time.Now()}
-	decisions := []string{Accept, Block, HumanReview}
-	if a.Kind == KindResult {
-		decisions = []string{Accept, Block}
-	}
 	t := &Task{FlowID: c.flowID, InstanceID: c.task.InstanceID, Cache: c.task.Cache, Node: judge, History: c.task.History,
-		UserMessage: c.task.UserMessage, Input: v.input, InputFrom: c.node.AgentID, Decisions: decisions, Action: a, Stack: v.stack}
+		UserMessage: c.task.UserMessage, Input: v.input, InputFrom: c.node.AgentID, Decisions: judgeDecisions(a.Kind), Action: a, Stack: v.stack}
 	defer func() {
 		if p := recover(); p != nil {
 			v.err = fmt.Errorf("panic in judge %s: %v", judge.Name, p)
@@ -233,17 +238,9 @@ func (c *Calls) judge(judge *Node, a *Action) (v *verdict) {
 func (a *Action) text() string {
 	s := a.Call.ToolName + " " + string(a.Call.Input)
 	if a.Kind == KindResult {
-		s += "\n→ " + resultText(a.Call)
+		s += "\n→ " + a.Call.ResultText()
 	}
 	return s
-}
-
-// resultText is a call's result as the model reads it.
-func resultText(u ToolUse) string {
-	if u.Error != "" {
-		return "error: " + u.Error
-	}
-	return u.Output
 }
 
 // errJudgeEnded stops an agent's turn: a judge whose BLOCK leads nowhere
@@ -413,7 +410,7 @@ func (c *Calls) settle(k *call) error {
 	by := &JudgedBy{Node: v.judge.Name, StepID: s.StepID, Decision: decision}
 	switch {
 	case v.kind == KindResult && decision != Accept:
-		k.use.WithheldOutput = resultText(k.use)
+		k.use.WithheldOutput = k.use.ResultText()
 		k.use.Output, k.use.Error = "withheld by "+v.judge.Name+": "+s.Response, ""
 		k.use.ResultJudgedBy = by
 	case v.kind == KindResult:
@@ -439,10 +436,7 @@ func judgementStep(agent *Node, use ToolUse, v *verdict) (Step, string) {
 	r := v.reply
 	s.Response, s.Thinking, s.AgentGuidance, s.Model, s.Usage, s.LatencyMS, s.Cached = r.Response, r.Thinking, r.AgentGuidance, r.Model, r.Usage, r.Latency.Milliseconds(), r.Cached
 	s.Stack, s.Basis = stackEntries(v.stack), basisOf(r.Basis, v.stack)
-	allowed := []string{Accept, Block, HumanReview}
-	if v.kind == KindResult {
-		allowed = allowed[:2]
-	}
+	allowed := judgeDecisions(v.kind)
 	d := strings.ToUpper(strings.TrimSpace(r.Decision))
 	switch {
 	case v.err != nil && v.judge.OnError == "allow":

@@ -49,11 +49,8 @@ type cond struct {
 func parseRule(effect, text string) (rule, error) {
 	r := rule{effect: effect, text: text}
 	name, args, hasArgs := strings.Cut(strings.TrimSpace(text), "(")
-	r.tool = strings.TrimSpace(name)
-	if r.prefix = strings.HasSuffix(r.tool, "*"); r.prefix {
-		r.tool = strings.TrimSuffix(r.tool, "*")
-	}
-	if r.tool == "" && !r.prefix || !toolNameRe.MatchString(r.tool) || strings.Contains(r.tool, "*") {
+	r.tool, r.prefix = strings.CutSuffix(strings.TrimSpace(name), "*")
+	if r.tool == "" && !r.prefix || !toolNameRe.MatchString(r.tool) {
 		return rule{}, fmt.Errorf("%q: a rule is TOOL or TOOL(ARG=GLOB, …), and TOOL is a tool's name, which may end in *", text)
 	}
 	if !hasArgs {
@@ -187,9 +184,8 @@ func duplicateKey(input json.RawMessage) (string, bool) {
 	}
 	dec := json.NewDecoder(bytes.NewReader(input))
 	type frame struct {
-		keys   map[string]bool
-		object bool
-		key    bool // the next token in this object is a key
+		keys map[string]bool // nil in an array
+		key  bool            // the next token in this object is a key
 	}
 	var stack []frame
 	for {
@@ -201,7 +197,7 @@ func duplicateKey(input json.RawMessage) (string, bool) {
 		if n := len(stack); n > 0 {
 			top = &stack[n-1]
 		}
-		if top != nil && top.object && top.key {
+		if top != nil && top.keys != nil && top.key {
 			if k, ok := tok.(string); ok {
 				if top.keys[k] {
 					return k, true
@@ -213,7 +209,7 @@ func duplicateKey(input json.RawMessage) (string, bool) {
 		}
 		switch tok {
 		case json.Delim('{'):
-			stack = append(stack, frame{keys: map[string]bool{}, object: true, key: true})
+			stack = append(stack, frame{keys: map[string]bool{}, key: true})
 			continue
 		case json.Delim('['):
 			stack = append(stack, frame{})
@@ -221,7 +217,7 @@ func duplicateKey(input json.RawMessage) (string, bool) {
 		case json.Delim('}'), json.Delim(']'):
 			stack = stack[:len(stack)-1]
 		}
-		if n := len(stack); n > 0 && stack[n-1].object {
+		if n := len(stack); n > 0 && stack[n-1].keys != nil {
 			stack[n-1].key = true // a value ended: a key comes next
 		}
 	}

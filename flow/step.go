@@ -114,6 +114,15 @@ type ToolUse struct {
 	WithheldOutput string `json:"-"`
 }
 
+// ResultText is the call's result as the model reads it, and as a judge of
+// results is shown it (SPEC §3c: byte for byte the same).
+func (u ToolUse) ResultText() string {
+	if u.Error != "" {
+		return "error: " + u.Error
+	}
+	return u.Output
+}
+
 // Judged is what a judgement step judged: an agent's tool call, or the
 // call's result.
 type Judged struct {
