@@ -5,8 +5,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"regexp"
-	"slices"
 	"strings"
+	"superego/supervision"
+	"superego/tools"
 
 	"github.com/tmc/langchaingo/llms"
 )
@@ -152,8 +153,9 @@ func pick(system string, want ...string) string {
 }
 
 // builtinTools are the tools the offline agent calls only as above (the
-// calculator), or never: it has no use for the others' results.
-var builtinTools = []string{"calculator", "search", "code_analyzer", "read_file", "list_files", "write_file", "delete_file"}
+// calculator), or never: it has no use for the others' results. Only
+// their names are read; none is called.
+var builtinTools = tools.Builtin(nil, nil)
 
 // offlineCalls are the calls the offline agent makes to the other tools it
 // is offered (a /v1 client's, an experiment's simulated ones): one to each
@@ -165,7 +167,10 @@ func offlineCalls(opts llms.CallOptions, input string) []llms.ToolCall {
 	var calls []llms.ToolCall
 	for _, t := range opts.Tools {
 		f := t.Function
-		if f == nil || slices.Contains(builtinTools, f.Name) || strings.HasPrefix(f.Name, "mcp__") || strings.HasPrefix(f.Name, "supervised_") {
+		if f == nil {
+			continue
+		}
+		if _, builtin := builtinTools[f.Name]; builtin || strings.HasPrefix(f.Name, "mcp__") || supervision.Handles(f.Name) {
 			continue
 		}
 		named := false

@@ -13,7 +13,6 @@ import (
 	"mime"
 	"net"
 	"net/http"
-	"regexp"
 	"slices"
 	"strings"
 	"time"
@@ -21,6 +20,7 @@ import (
 	"github.com/go-chi/chi/v5"
 
 	"superego/flow"
+	"superego/tools"
 )
 
 // This file is the server's OpenAI face (SPEC §4a): a flow stands in for a
@@ -444,16 +444,13 @@ func readMessages(req *chatRequest, raw json.RawMessage) error {
 	return nil
 }
 
-// toolNameRe is OpenAI's rule for a function's name.
-var toolNameRe = regexp.MustCompile(`^[a-zA-Z0-9_-]{1,64}$`)
-
 // readTools reads the client's function tools (SPEC §4a).
 func readTools(req *chatRequest, raw json.RawMessage) error {
-	var tools []json.RawMessage
-	if json.Unmarshal(raw, &tools) != nil {
+	var list []json.RawMessage
+	if json.Unmarshal(raw, &list) != nil {
 		return wrongType("tools", "an array of tools", raw)
 	}
-	for i, t := range tools {
+	for i, t := range list {
 		at := fmt.Sprintf("tools[%d]", i)
 		var tool struct {
 			Type     string `json:"type"`
@@ -471,7 +468,7 @@ func readTools(req *chatRequest, raw json.RawMessage) error {
 			return invalid(at+".type", "unsupported_value", "Unsupported value: '%s.type' is %q: only function tools are taken.", at, tool.Type)
 		case tool.Function == nil:
 			return invalid(at+".function", "missing_required_parameter", "Missing required parameter: '%s.function'.", at)
-		case !toolNameRe.MatchString(tool.Function.Name):
+		case !tools.ValidName(tool.Function.Name):
 			return invalid(at+".function.name", "invalid_value", "Invalid '%s.function.name': a function's name is 1 to 64 letters, digits, '_' or '-'.", at)
 		case len(tool.Function.Parameters) > 0 && jsonKind(tool.Function.Parameters) != "an object" && jsonKind(tool.Function.Parameters) != "null":
 			return wrongType(at+".function.parameters", "a JSON Schema object", tool.Function.Parameters)

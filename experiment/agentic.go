@@ -5,11 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"maps"
-	"regexp"
 	"slices"
 	"strings"
 
 	"superego/flow"
+	"superego/tools"
 )
 
 // This file is what an agentic sample adds (SPEC §7a): tools that are
@@ -97,8 +97,6 @@ func (s Sample) client() *flow.ClientTools {
 // agentic reports whether the sample brings tools.
 func (s Sample) agentic() bool { return len(s.Tools) > 0 }
 
-var simToolNameRe = regexp.MustCompile(`^[a-zA-Z0-9_-]{1,64}$`)
-
 // checkTools reports what is wrong with a sample's tools and rules, at
 // paths relative to the sample.
 func (s Sample) checkTools() []flow.Problem {
@@ -110,7 +108,7 @@ func (s Sample) checkTools() []flow.Problem {
 	for i, t := range s.Tools {
 		at := fmt.Sprintf("tools[%d]", i)
 		switch {
-		case !simToolNameRe.MatchString(t.Name):
+		case !tools.ValidName(t.Name):
 			add(at+".name", "a tool's name is 1 to 64 letters, digits, \"_\" or \"-\", not %q", t.Name)
 		case seen[t.Name]:
 			add(at+".name", "%q is named twice", t.Name)

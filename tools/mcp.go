@@ -73,8 +73,13 @@ const (
 // the step, as the built-in tools bound theirs.
 const maxToolOutput = 64 << 10
 
-// toolName is what providers accept as a tool's name.
+// toolName is what providers accept as a tool's name (OpenAI's rule for a
+// function's name).
 var toolName = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
+
+// ValidName reports whether providers accept name as a tool's name: a
+// client's tool, a sample's simulated one, an MCP server's as prefixed.
+func ValidName(name string) bool { return toolName.MatchString(name) }
 
 // MCPName is the name a flow and a model know a server's tool by.
 func MCPName(server, tool string) string { return "mcp__" + server + "__" + tool }
@@ -321,7 +326,7 @@ func (c *mcpConn) list(ctx context.Context, session *mcp.ClientSession) ([]Tool,
 			return nil, err
 		}
 		name := MCPName(c.cfg.Name, t.Name)
-		if !toolName.MatchString(name) {
+		if !ValidName(name) {
 			continue // a provider would refuse the whole request for it
 		}
 		params, _ := t.InputSchema.(map[string]any)
