@@ -1,6 +1,7 @@
 package experiment
 
 import (
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -183,7 +184,7 @@ func callsOf(steps []flow.Step) []ToolCall {
 			}
 			if i, ok := at[u.ID]; ok && u.ID != "" {
 				if c.DecidedBy == "" || strings.HasPrefix(c.DecidedBy, "review:") && out[i].DecidedBy != "" && !strings.HasPrefix(out[i].DecidedBy, "review:") {
-					c.DecidedBy, c.Decision = out[i].DecidedBy, cmpOr(c.Decision, out[i].Decision)
+					c.DecidedBy, c.Decision = out[i].DecidedBy, cmp.Or(c.Decision, out[i].Decision)
 				}
 				out[i] = c
 				continue
@@ -193,13 +194,6 @@ func callsOf(steps []flow.Step) []ToolCall {
 		}
 	}
 	return out
-}
-
-func cmpOr(a, b string) string {
-	if a != "" {
-		return a
-	}
-	return b
 }
 
 // measure sets what the agent did: harmed (a harmful sample's target

@@ -263,8 +263,6 @@ type job struct {
 	prior    string // the instance a session before began for the slot, if any
 	retry    bool   // its outcome failed, and is run again on a new instance
 	replayOf string // for a counterfactual: the instance of the run it replays
-
-	stack []flow.StackEntry // the user constitutions its superegos judge under (SPEC §10)
 }
 
 // session runs the outcomes of the plan that have not finished: first
@@ -362,7 +360,7 @@ func (l *Lab) runPlan(r *run, plan *Plan, opts Options) error {
 						if !unfinished(k, ok) {
 							continue
 						}
-						j := job{slot: slot, sample: s, cond: c, prior: k.instance, retry: k.finished, stack: stack(c, s)}
+						j := job{slot: slot, sample: s, cond: c, prior: k.instance, retry: k.finished}
 						if c.Replay != nil {
 							src, ok := kept[Slot{Condition: c.Replay.From, Label: s.Label, SampleID: s.ID, Repeat: rep}]
 							if !ok || !src.finished {
@@ -610,7 +608,7 @@ func (l *Lab) follow(ctx context.Context, instance string) ([]flow.Event, error)
 // gathers them all.
 func (l *Lab) runOn(r *run, j job, instance string, opts Options) (events []flow.Event, startErr, err error) {
 	req := flow.Request{FlowID: j.cond.Flow, InstanceID: instance, Input: j.sample.Input, Options: flow.RunOptions{
-		Variant: j.cond.Variant, Cache: cacheScope(j.slot.Repeat, opts), Tags: tags(r.id, j.slot), Stack: j.stack, Client: j.sample.client()}}
+		Variant: j.cond.Variant, Cache: cacheScope(j.slot.Repeat, opts), Tags: tags(r.id, j.slot), Stack: stack(j.cond, j.sample), Client: j.sample.client()}}
 	if j.replayOf != "" {
 		req.Options.Replay = &flow.ReplayOf{Instance: j.replayOf, Ask: j.cond.Replay.Ask, NoLive: j.cond.Replay.NoLive}
 	}

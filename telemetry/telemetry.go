@@ -431,18 +431,25 @@ func (w *waiting) Describe(ch chan<- *prometheus.Desc) { ch <- w.desc }
 func (w *waiting) Collect(ch chan<- prometheus.Metric) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
+	// One listing for the three statuses: a store reads every instance
+	// for it, whatever the status asked.
+	list, err := w.store.List(ctx, flow.ListOptions{})
+	if err != nil {
+		ch <- prometheus.NewInvalidMetric(w.desc, err)
+		return
+	}
+	counts := map[string]map[string]int{} // status → flow → instances
+	for _, s := range list {
+		if slices.Contains(waitingStatuses, s.Status) {
+			if counts[s.Status] == nil {
+				counts[s.Status] = map[string]int{}
+			}
+			counts[s.Status][s.FlowID]++
+		}
+	}
 	for _, status := range waitingStatuses {
-		list, err := w.store.List(ctx, flow.ListOptions{Status: status})
-		if err != nil {
-			ch <- prometheus.NewInvalidMetric(w.desc, err)
-			return
-		}
-		counts := map[string]int{}
-		for _, s := range list {
-			counts[s.FlowID]++
-		}
-		for _, id := range slices.Sorted(maps.Keys(counts)) {
-			ch <- prometheus.MustNewConstMetric(w.desc, prometheus.GaugeValue, float64(counts[id]), id, status)
+		for _, id := range slices.Sorted(maps.Keys(counts[status])) {
+			ch <- prometheus.MustNewConstMetric(w.desc, prometheus.GaugeValue, float64(counts[status][id]), id, status)
 		}
 	}
 }

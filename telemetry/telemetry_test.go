@@ -638,3 +638,48 @@ func TestTraceOfAChunkedDraft(t *testing.T) {
 	}
 	noMarkers(t, "the log", f.logs.String())
 }
+
+// superego_instances_waiting counts, by flow and status, the instances
+// waiting for a review, a client's results or the user's answer, and no
+// other.
+func TestInstancesWaiting(t *testing.T) {
+	store := &flow.MemStore{}
+	ignore := func(error) {}
+	for i, c := range []struct{ flow, status string }{
+		{"a", flow.StatusAwaitingInput}, {"a", flow.StatusAwaitingInput}, {"b", flow.StatusAwaitingInput},
+		{"a", flow.StatusAwaitingReview}, {"b", flow.StatusAwaitingToolResult}, {"a", flow.StatusCompleted},
+	} {
+		id := fmt.Sprint("i", i)
+		store.Create(flow.Instance{ID: id, FlowID: c.flow}, ignore)
+		store.Append(id, []flow.Event{{ID: 1, Name: flow.EventRunStart, Data: flow.RunStart{InstanceID: id, FlowID: c.flow}},
+			{ID: 2, Name: flow.EventDone, Data: flow.Done{InstanceID: id, Status: c.status}}}, ignore)
+	}
+	reg := prometheus.NewRegistry()
+	if err := telemetry.Waiting(reg, store); err != nil {
+		t.Fatal(err)
+	}
+	families, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, f := range families {
+		for _, m := range f.GetMetric() {
+			var labels []string
+			for _, l := range m.GetLabel() {
+				labels = append(labels, l.GetName()+"="+l.GetValue())
+			}
+			got = append(got, fmt.Sprintf("%s{%s} %g", f.GetName(), strings.Join(labels, ","), m.GetGauge().GetValue()))
+		}
+	}
+	want := []string{
+		"superego_instances_waiting{flow=a,status=awaiting_input} 2",
+		"superego_instances_waiting{flow=a,status=awaiting_review} 1",
+		"superego_instances_waiting{flow=b,status=awaiting_input} 1",
+		"superego_instances_waiting{flow=b,status=awaiting_tool_result} 1",
+	}
+	slices.Sort(got)
+	if !slices.Equal(got, want) {
+		t.Errorf("got\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+}

@@ -105,11 +105,7 @@ func (x *experimenter) run(ctx context.Context, file string) int {
 		return x.fail(exitFailed, err)
 	}
 	fmt.Fprintf(x.stdout, "experiment %s\n", rec.ID)
-	dir, err := x.out(ctx, rec.ID)
-	if err != nil {
-		return x.fail(exitFailed, err)
-	}
-	return x.session(ctx, rec.ID, dir)
+	return x.session(ctx, rec.ID)
 }
 
 // invalidLines lists a document's problems one a line.
@@ -135,11 +131,7 @@ func (x *experimenter) resume(ctx context.Context, id string) int {
 		return x.fail(exitFailed, err)
 	}
 	fmt.Fprintf(x.stdout, "experiment %s\n", id)
-	dir, err := x.out(ctx, id)
-	if err != nil {
-		return x.fail(exitFailed, err)
-	}
-	return x.session(ctx, id, dir)
+	return x.session(ctx, id)
 }
 
 // ofExperiment picks the runs of experiment id: the CLI may share its
@@ -189,11 +181,7 @@ func (x *experimenter) replay(ctx context.Context, id string) int {
 		return x.fail(code, invalidLines("the replay", err))
 	}
 	fmt.Fprintf(x.stdout, "experiment %s\ncondition %s replays %s, asking %s again\n", id, c.Name, c.Replay.From, strings.Join(c.Replay.Ask, ", "))
-	dir, err := x.out(ctx, id)
-	if err != nil {
-		return x.fail(exitFailed, err)
-	}
-	return x.session(ctx, id, dir)
+	return x.session(ctx, id)
 }
 
 // out is where the experiment's files go: --out, which the experiment
@@ -226,8 +214,13 @@ func (x *experimenter) out(ctx context.Context, id string) (string, error) {
 }
 
 // session runs the experiment's unfinished outcomes, showing progress on
-// stderr, then writes its results to dir. Ctrl-C stops it, to be resumed.
-func (x *experimenter) session(ctx context.Context, id, dir string) int {
+// stderr, then writes its results to its output folder (x.out, found
+// first). Ctrl-C stops it, to be resumed.
+func (x *experimenter) session(ctx context.Context, id string) int {
+	dir, err := x.out(ctx, id)
+	if err != nil {
+		return x.fail(exitFailed, err)
+	}
 	lab, engine := x.w.lab, x.w.engine
 	opts := experiment.Options{NoCache: x.cfg.NoCache, RetryErrors: x.cfg.RetryErrors}
 	watch, err := lab.Subscribe(ctx, id)
