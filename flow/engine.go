@@ -978,17 +978,7 @@ func (e *Engine) idle(ctx context.Context, id string, after int64) (*Subscriptio
 		return nil, b.err
 	}
 	i := sort.Search(len(b.events), func(i int) bool { return b.events[i].ID > after })
-	backlog := b.events[i:]
-	if u := e.endingOf(id); u != nil {
-		// Its last run failed and its log does not say so yet: a reader
-		// is told as the run's own client was.
-		for _, ev := range u.events {
-			if ev.ID > after {
-				backlog = append(slices.Clip(backlog), ev)
-			}
-		}
-	}
-	return &Subscription{Instance: id, Backlog: backlog, release: release}, nil
+	return &Subscription{Instance: id, Backlog: e.withEnding(id, after, b.events[i:]), release: release}, nil
 }
 
 // Cancel stops the run in progress on an instance; it ends "cancelled".
@@ -1117,14 +1107,22 @@ func (e *Engine) Events(ctx context.Context, id string, after int64) ([]Event, e
 	if err != nil {
 		return nil, err
 	}
+	return e.withEnding(id, after, events), nil
+}
+
+// withEnding is events, read from the instance's log, with the ending of
+// its last run after them where that run failed and its log does not say
+// so yet: a reader is told as the run's own client was. events may be
+// shared: what is added goes to a copy.
+func (e *Engine) withEnding(id string, after int64, events []Event) []Event {
 	if u := e.endingOf(id); u != nil {
 		for _, ev := range u.events {
 			if ev.ID > after {
-				events = append(events, ev)
+				events = append(slices.Clip(events), ev)
 			}
 		}
 	}
-	return events, nil
+	return events
 }
 
 func (e *Engine) logger() *slog.Logger {

@@ -25,7 +25,6 @@ import (
 	"crypto/sha256"
 	"database/sql"
 	"embed"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
@@ -293,7 +292,7 @@ func (s *Store) commitOnce(batch []segment.Write[own], n int64) (err error) {
 				return fmt.Errorf("instance %s is created in a batch that already holds it", w.ID) // committed one by one, the second write fails alone
 			}
 			created := w.Inst.CreatedAt.Truncate(time.Microsecond)
-			r = &row{id: w.ID, flowID: &w.Inst.FlowID, createdAt: &created, tags: tagsColumn(w.Inst.Tags)}
+			r = &row{id: w.ID, flowID: &w.Inst.FlowID, createdAt: &created, tags: nullText(segment.Tags(w.Inst.Tags))}
 			r.LastTime = created
 			byInstance[w.ID] = r
 			rows = append(rows, r)
@@ -394,26 +393,12 @@ func logSum(id string, first, last int64, flowID *string, createdAt *time.Time, 
 	return s.Value()
 }
 
-// tagsColumn is an instance's tags as its first row keeps them: a JSON
-// object, or NULL for none.
-func tagsColumn(tags map[string]string) *string {
-	if len(tags) == 0 {
-		return nil
+// orEmpty is a nullable column's text, "" for NULL.
+func orEmpty(v *string) string {
+	if v == nil {
+		return ""
 	}
-	b, _ := json.Marshal(tags) // sorted by name: the same tags, the same text
-	return nullText(b)
-}
-
-// tagsOf reads a tags column.
-func tagsOf(id string, col *string) (map[string]string, error) {
-	if col == nil {
-		return nil, nil
-	}
-	var tags map[string]string
-	if err := json.Unmarshal([]byte(*col), &tags); err != nil {
-		return nil, fmt.Errorf("instance %q: tags: %w", id, err)
-	}
-	return tags, nil
+	return *v
 }
 
 func nullString(s *segment.Sum, v *string) {
@@ -476,7 +461,7 @@ func (s *Store) Get(ctx context.Context, id string) (flow.Instance, error) {
 	if err != nil {
 		return flow.Instance{ID: id}, err
 	}
-	tags, err := tagsOf(id, rows[0].tags)
+	tags, err := segment.ReadTags(id, orEmpty(rows[0].tags))
 	if err != nil {
 		return flow.Instance{ID: id}, err
 	}
@@ -606,7 +591,7 @@ func (s *Store) List(ctx context.Context, opt flow.ListOptions) ([]flow.Summary,
 		if err := rows.Scan(&sum.ID, &sum.FlowID, &sum.CreatedAt, &tags, &sum.Steps, &sum.UpdatedAt, &status); err != nil {
 			return nil, fmt.Errorf("list instances: %w", err)
 		}
-		if sum.Tags, err = tagsOf(sum.ID, tags); err != nil {
+		if sum.Tags, err = segment.ReadTags(sum.ID, orEmpty(tags)); err != nil {
 			return nil, err
 		}
 		sum.CreatedAt, sum.UpdatedAt = sum.CreatedAt.UTC(), sum.UpdatedAt.UTC()

@@ -266,3 +266,25 @@ func (s *Sum) Int(v int64) *Sum {
 func (s *Sum) Value() int64 {
 	return int64(s.crc)
 }
+
+// Tags is an instance's tags as its first row keeps them: a JSON object,
+// sorted by name (the same tags, the same text); nil for none, a NULL.
+func Tags(tags map[string]string) []byte {
+	if len(tags) == 0 {
+		return nil
+	}
+	b, _ := json.Marshal(tags)
+	return b
+}
+
+// ReadTags reads the tags column of instance id; "" is NULL, none.
+func ReadTags(id, col string) (map[string]string, error) {
+	if col == "" {
+		return nil, nil
+	}
+	var tags map[string]string
+	if err := json.Unmarshal([]byte(col), &tags); err != nil {
+		return nil, fmt.Errorf("instance %q: tags: %w", id, err)
+	}
+	return tags, nil
+}

@@ -36,7 +36,6 @@ import (
 	"context"
 	"database/sql"
 	"embed"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
@@ -224,8 +223,9 @@ func (s *Store) commitTx(batch []segment.Write[func(tx *sql.Tx) error]) error {
 			if r != nil {
 				return fmt.Errorf("instance %s is created in a batch that already holds it", w.ID) // committed one by one, the second write fails alone
 			}
+			tags := segment.Tags(w.Inst.Tags)
 			r = &row{id: w.ID, flowID: sql.NullString{String: w.Inst.FlowID, Valid: true},
-				createdAt: sql.NullString{String: w.Inst.CreatedAt.UTC().Format(segment.TimeFormat), Valid: true}, tags: tagsColumn(w.Inst.Tags)}
+				createdAt: sql.NullString{String: w.Inst.CreatedAt.UTC().Format(segment.TimeFormat), Valid: true}, tags: sql.NullString{String: string(tags), Valid: tags != nil}}
 			r.LastTime = w.Inst.CreatedAt
 			byInstance[w.ID] = r
 			rows = append(rows, r)
@@ -296,28 +296,6 @@ func logSum(id string, first, last int64, flowID, createdAt sql.NullString, last
 	return s.Value()
 }
 
-// tagsColumn is an instance's tags as its first row keeps them: a JSON
-// object, or NULL for none.
-func tagsColumn(tags map[string]string) sql.NullString {
-	if len(tags) == 0 {
-		return sql.NullString{}
-	}
-	b, _ := json.Marshal(tags) // sorted by name: the same tags, the same text
-	return sql.NullString{String: string(b), Valid: true}
-}
-
-// tagsOf reads a tags column.
-func tagsOf(id string, col sql.NullString) (map[string]string, error) {
-	if !col.Valid {
-		return nil, nil
-	}
-	var tags map[string]string
-	if err := json.Unmarshal([]byte(col.String), &tags); err != nil {
-		return nil, fmt.Errorf("instance %q: tags: %w", id, err)
-	}
-	return tags, nil
-}
-
 func nullString(s *segment.Sum, v sql.NullString) {
 	if v.Valid {
 		s.String(v.String)
@@ -385,7 +363,7 @@ func (s *Store) Get(ctx context.Context, id string) (flow.Instance, error) {
 	if err != nil {
 		return flow.Instance{ID: id}, fmt.Errorf("instance %q: %w", id, err)
 	}
-	tags, err := tagsOf(id, rows[0].tags)
+	tags, err := segment.ReadTags(id, rows[0].tags.String)
 	if err != nil {
 		return flow.Instance{ID: id}, err
 	}
@@ -506,7 +484,7 @@ func (s *Store) List(ctx context.Context, opt flow.ListOptions) ([]flow.Summary,
 		if err := rows.Scan(&sum.ID, &sum.FlowID, &created, &tags, &sum.Steps, &updated, &status); err != nil {
 			return nil, err
 		}
-		if sum.Tags, err = tagsOf(sum.ID, tags); err != nil {
+		if sum.Tags, err = segment.ReadTags(sum.ID, tags.String); err != nil {
 			return nil, err
 		}
 		if sum.CreatedAt, err = time.Parse(segment.TimeFormat, created); err != nil {
