@@ -986,8 +986,10 @@ func (e *Engine) Cancel(ctx context.Context, id string) error {
 	e.mu.Lock()
 	run := e.live[id]
 	e.mu.Unlock()
+	var inst Instance
 	if run == nil {
-		if _, err := e.Store.Get(ctx, id); err != nil {
+		var err error
+		if inst, err = e.Store.Get(ctx, id); err != nil {
 			return err
 		}
 	}
@@ -1000,30 +1002,25 @@ func (e *Engine) Cancel(ctx context.Context, id string) error {
 	case run != nil:
 		run.cancel(context.Canceled)
 		return nil
-	case e.waiting(ctx, id):
-		return e.abandon(ctx, id, "cancelled")
-	case e.Replicas != nil:
+	}
+	events, err := e.Store.Events(ctx, id, 0)
+	switch status := Replay(events).Status; {
+	case err == nil && status == StatusAwaitingToolResult:
+		return e.abandon(ctx, id, inst.FlowID, "cancelled")
+	case e.Replicas != nil && err != nil:
+		return err
+	case e.Replicas != nil && status == StatusRunning:
 		// Running elsewhere, or queued: its replica is told. A run whose
 		// done is written is over, whatever its claim says.
-		events, err := e.Store.Events(ctx, id, 0)
-		if err != nil {
-			return err
-		}
-		if Replay(events).Status == StatusRunning {
-			return e.Replicas.Cancel(ctx, id)
-		}
+		return e.Replicas.Cancel(ctx, id)
 	}
 	return fmt.Errorf("instance %s: %w", id, ErrIdle)
 }
 
 // abandon ends an instance's wait for its client's tool results: each call
 // is answered "not run: " and why, and the instance is cancelled.
-func (e *Engine) abandon(ctx context.Context, id, why string) error {
-	inst, err := e.Store.Get(ctx, id)
-	if err != nil {
-		return err
-	}
-	return e.Run(ctx, Request{FlowID: inst.FlowID, InstanceID: id, Continue: true, Options: RunOptions{Abandon: why}}, nil)
+func (e *Engine) abandon(ctx context.Context, id, flowID, why string) error {
+	return e.Run(ctx, Request{FlowID: flowID, InstanceID: id, Continue: true, Options: RunOptions{Abandon: why}}, nil)
 }
 
 // ExpireWaits ends, until ctx is done, the waits for clients' tool results
@@ -1047,18 +1044,12 @@ func (e *Engine) ExpireWaits(ctx context.Context, wait time.Duration) {
 			if time.Since(inst.UpdatedAt) < wait {
 				continue
 			}
-			err := e.abandon(ctx, inst.ID, "the wait for the client's results expired")
+			err := e.abandon(ctx, inst.ID, inst.FlowID, "the wait for the client's results expired")
 			if err != nil && !errors.Is(err, ErrBusy) && !errors.Is(err, ErrNoWait) && !errors.Is(err, ErrClosed) {
 				e.logger().Warn("an expired wait for tool results not ended", "instance_id", inst.ID, "err", err)
 			}
 		}
 	}
-}
-
-// waiting reports whether the instance waits for its client's tool results.
-func (e *Engine) waiting(ctx context.Context, id string) bool {
-	events, err := e.Store.Events(ctx, id, 0)
-	return err == nil && Replay(events).Status == StatusAwaitingToolResult
 }
 
 // Close refuses new runs and waits for those in flight until ctx is done.
