@@ -394,8 +394,7 @@ func (c *Calls) rule(k *call) {
 func (c *Calls) settle(k *call) error {
 	v := k.verdict
 	k.verdict, k.judged = nil, true
-	s, decision := judgementStep(c.node, k.use, v)
-	c.obs.judged(c.flowID, v.judge.Name, v.kind, decision, v.at.Sub(v.start))
+	s, decision := c.judgement(c.node, k.use, v)
 	if decision == Block {
 		if target, ok := v.judge.Transitions[Block]; ok && target == nil {
 			s.NextAgent = nil
@@ -423,6 +422,13 @@ func (c *Calls) settle(k *call) error {
 		k.use.JudgedBy, k.use.Refused, k.use.Output = by, true, "refused by "+v.judge.Name+": "+s.Response
 	}
 	return nil
+}
+
+// judgement is the judge's step of a verdict, and its decision, observed.
+func (c *Calls) judgement(agent *Node, use ToolUse, v *verdict) (Step, string) {
+	s, decision := judgementStep(agent, use, v)
+	c.obs.judged(c.flowID, v.judge.Name, v.kind, decision, v.at.Sub(v.start))
+	return s, decision
 }
 
 // judgementStep is the judge's step of a verdict, and the decision it
@@ -791,7 +797,7 @@ func (r *runner) rejudge(ctx context.Context, node *Node, rec Step) (changed boo
 		}
 		return r.emit(e)
 	}
-	c := r.calls(ctx, node, task, r.steps, func(Event) {}, nil)
+	c := r.calls(ctx, node, task, r.steps, func(Event) {}, r.recorder(send))
 	accepted := func(d string) bool { return d == Accept }
 	for _, u := range rec.ToolUsage {
 		var v *verdict
@@ -813,11 +819,8 @@ func (r *runner) rejudge(ctx context.Context, node *Node, rec Step) (changed boo
 		if ctx.Err() != nil {
 			return false, ctx.Err()
 		}
-		s, d := judgementStep(node, u, v)
-		r.x.Observe.judged(r.t.FlowID, v.judge.Name, v.kind, d, v.at.Sub(v.start))
-		s = r.stamp(s)
-		r.x.Observe.stepped(r.t.FlowID, v.judge, s.Decision, s.Basis)
-		if err := send(Event{Name: EventCompleteStep, Data: s}); err != nil {
+		s, d := c.judgement(node, u, v)
+		if _, err := c.record(s); err != nil {
 			return false, err
 		}
 		if accepted(d) != accepted(was) {

@@ -940,11 +940,7 @@ func (r *runner) act(ctx context.Context, node *Node) (step Step, by *Node, err 
 		c = r.newChunker(ctx, node, task)
 		callCtx, out = c.ctx, c.wrap(out)
 	}
-	calls := r.calls(ctx, node, task, r.steps, out, func(s Step) (Step, error) {
-		s = r.stamp(s)
-		r.x.Observe.stepped(r.t.FlowID, r.t.Def.Graph.Nodes[s.Node], s.Decision, s.Basis)
-		return s, send(Event{Name: EventCompleteStep, Data: s})
-	})
+	calls := r.calls(ctx, node, task, r.steps, out, r.recorder(send))
 	task.Calls = calls
 	reply, err := r.x.Agent.Act(callCtx, task, out)
 	lost := calls.spent()
@@ -979,6 +975,15 @@ func (r *runner) act(ctx context.Context, node *Node) (step Step, by *Node, err 
 		}
 	}
 	return step, node, err
+}
+
+// recorder records a judgement's step: numbered, observed, and sent.
+func (r *runner) recorder(send func(Event) error) func(Step) (Step, error) {
+	return func(s Step) (Step, error) {
+		s = r.stamp(s)
+		r.x.Observe.stepped(r.t.FlowID, r.t.Def.Graph.Nodes[s.Node], s.Decision, s.Basis)
+		return s, send(Event{Name: EventCompleteStep, Data: s})
+	}
 }
 
 // calls makes the Calls that decide, record and run the tool calls of one
