@@ -695,9 +695,7 @@ func (s *Server) clientOptions(req *chatRequest, def *flow.Definition, upstream 
 		return opts, nil
 	}
 	for i, t := range req.tools {
-		if slices.Contains(agent.Tools, t.Name) || slices.ContainsFunc(agent.Tools, func(own string) bool {
-			return strings.HasSuffix(own, "*") && strings.HasPrefix(t.Name, strings.TrimSuffix(own, "*"))
-		}) {
+		if slices.ContainsFunc(agent.Tools, func(own string) bool { return flow.ToolMatches(own, t.Name) }) {
 			return opts, invalid(fmt.Sprintf("tools[%d].function.name", i), "invalid_value",
 				"Invalid 'tools[%d].function.name': %q is a tool of the flow's agent %s; give the client's tool another name.", i, t.Name, agent.Name)
 		}

@@ -84,21 +84,26 @@ func (s *Server) stackFor(r *http.Request, picks []flow.Pick) ([]flow.StackEntry
 		}
 	}
 	layers, problems := s.Engine.Exec.Library.Resolve(picks)
-	e := &Error{Status: http.StatusBadRequest, Code: "invalid_request", Message: "invalid request"}
-	for _, p := range problems {
-		e.Fields = append(e.Fields, FieldError{"constitutions" + p.Path, p.Message})
-	}
-	if len(e.Fields) > 0 {
-		return nil, e
+	if len(problems) > 0 {
+		return nil, constitutionsError(problems)
 	}
 	stack, lowered := flow.Onto(base, layers)
 	if lowered >= 0 {
 		i := slices.IndexFunc(base, func(l flow.StackEntry) bool { return l.Name == layers[lowered].Name })
-		e.Fields = []FieldError{{fmt.Sprintf("constitutions[%d].adherence", lowered),
-			fmt.Sprintf("your API key's stack holds %q at %d: a request may raise its level, never lower it", base[i].Name, base[i].Adherence)}}
-		return nil, e
+		return nil, constitutionsError([]flow.Problem{{Path: fmt.Sprintf("[%d].adherence", lowered),
+			Message: fmt.Sprintf("your API key's stack holds %q at %d: a request may raise its level, never lower it", base[i].Name, base[i].Adherence)}})
 	}
 	return stack, nil
+}
+
+// constitutionsError is the 400 of a request's constitutions: a field
+// error for each problem.
+func constitutionsError(problems []flow.Problem) *Error {
+	e := &Error{Status: http.StatusBadRequest, Code: "invalid_request", Message: "invalid request"}
+	for _, p := range problems {
+		e.Fields = append(e.Fields, FieldError{"constitutions" + p.Path, p.Message})
+	}
+	return e
 }
 
 // user is the user whose key token is; it compares with every key, in
@@ -131,11 +136,7 @@ func (s *Server) knownKey(token string) bool {
 func picksOf(q string) ([]flow.Pick, error) {
 	picks, problems := flow.ParsePicks(q)
 	if len(problems) > 0 {
-		e := &Error{Status: http.StatusBadRequest, Code: "invalid_request", Message: "invalid request"}
-		for _, p := range problems {
-			e.Fields = append(e.Fields, FieldError{"constitutions" + p.Path, p.Message})
-		}
-		return nil, e
+		return nil, constitutionsError(problems)
 	}
 	return picks, nil
 }

@@ -478,10 +478,14 @@ func resultEvent(node string, u ToolUse) Event {
 // judgesResults reports whether the node has the results of calls to tool
 // judged, whatever the tool says of itself.
 func (n *Node) judgesResults(tool string) bool {
-	return slices.ContainsFunc(n.JudgeResults, func(p string) bool {
-		prefix, star := strings.CutSuffix(p, "*")
-		return p == tool || star && strings.HasPrefix(tool, prefix)
-	})
+	return slices.ContainsFunc(n.JudgeResults, func(p string) bool { return ToolMatches(p, tool) })
+}
+
+// ToolMatches reports whether pattern, a tool's name that may end in *,
+// names tool.
+func ToolMatches(pattern, tool string) bool {
+	prefix, star := strings.CutSuffix(pattern, "*")
+	return pattern == tool || star && strings.HasPrefix(tool, prefix)
 }
 
 // Unfinished are the tool calls of a node's iteration that began and has

@@ -104,13 +104,18 @@ func (r rule) names(tools []string) bool {
 	if slices.Contains(tools, Client) && !strings.HasPrefix(r.tool, "mcp__") {
 		return true // a client's tools are known only when a request names them (§4a)
 	}
-	return slices.ContainsFunc(tools, func(t string) bool { return t == r.tool || r.prefix && strings.HasPrefix(t, r.tool) })
+	return slices.ContainsFunc(tools, r.on)
+}
+
+// on reports whether the rule is about calls to tool.
+func (r rule) on(tool string) bool {
+	return tool == r.tool || r.prefix && strings.HasPrefix(tool, r.tool)
 }
 
 // match reports whether the rule decides a call to tool with args, the
 // call's decoded arguments.
 func (r rule) match(tool string, args map[string]any) bool {
-	if tool != r.tool && !(r.prefix && strings.HasPrefix(tool, r.tool)) {
+	if !r.on(tool) {
 		return false
 	}
 	for _, c := range r.conds {
