@@ -312,35 +312,44 @@ func (e *Engine) start(ctx context.Context, req Request, review *Review, attach 
 		}
 		st = Replay(events)
 	}
-	if req.Continue && st.Status != StatusAwaitingToolResult {
+	if err := e.goOn(ctx, &turn, instanceID, st, req, review); err != nil {
 		e.release(instanceID)
 		e.wg.Done()
-		return nil, Turn{}, fmt.Errorf("instance %s is %s: %w", instanceID, st.Status, ErrNoWait)
-	}
-	var held []Event
-	if review != nil {
-		held, err = e.Store.Held(ctx, instanceID)
-		if err == nil {
-			err = answering(st, held, review)
-		}
-		if err != nil {
-			e.release(instanceID)
-			e.wg.Done()
-			return nil, Turn{}, fmt.Errorf("instance %s: %w", instanceID, err)
-		}
+		return nil, Turn{}, err
 	}
 	run.mu.Lock()
 	attach(run)
 	run.seq = st.LastID
 	run.mu.Unlock()
-	turn.InstanceID, turn.RunID, turn.Steps, turn.Input, turn.Prior, turn.Options.Review, turn.Held = instanceID, NewID(), st.Steps, req.Input, req.Prior, review, held
-	turn.Continue = req.Continue
+	return run, turn, nil
+}
+
+// goOn checks that req, or a person's answer to a review, answers what
+// the instance id, in state st, waits for, and sets the turn up from
+// st: here (start) as on a replica (dispatch).
+func (e *Engine) goOn(ctx context.Context, turn *Turn, id string, st State, req Request, review *Review) error {
+	if req.Continue && st.Status != StatusAwaitingToolResult {
+		return fmt.Errorf("instance %s is %s: %w", id, st.Status, ErrNoWait)
+	}
+	var held []Event
+	if review != nil {
+		var err error
+		held, err = e.Store.Held(ctx, id)
+		if err == nil {
+			err = answering(st, held, review)
+		}
+		if err != nil {
+			return fmt.Errorf("instance %s: %w", id, err)
+		}
+	}
+	turn.InstanceID, turn.RunID, turn.Steps, turn.Input, turn.Prior = id, NewID(), st.Steps, req.Input, req.Prior
+	turn.Options.Review, turn.Held, turn.Continue = review, held, req.Continue
 	if review != nil || req.Continue {
 		// A person's answer, or a client's results, go on with the turn
 		// they answer, under its stack.
 		turn.Options.Stack = st.Options.Stack
 	}
-	return run, turn, nil
+	return nil
 }
 
 // answering checks that a person's answer answers a review the instance

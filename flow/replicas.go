@@ -80,33 +80,16 @@ func (e *Engine) dispatch(ctx context.Context, req Request, review *Review, watc
 		}
 		st = Replay(events)
 	}
-	switch {
-	case st.Status == StatusRunning:
+	if st.Status == StatusRunning {
 		return nil, fmt.Errorf("instance %s: %w", d.InstanceID, ErrBusy)
-	case req.Continue && st.Status != StatusAwaitingToolResult:
-		return nil, fmt.Errorf("instance %s is %s: %w", d.InstanceID, st.Status, ErrNoWait)
 	}
-	var held []Event
-	if review != nil {
-		held, err = e.Store.Held(ctx, d.InstanceID)
-		if err == nil {
-			err = answering(st, held, review)
-		}
-		if err != nil {
-			return nil, fmt.Errorf("instance %s: %w", d.InstanceID, err)
-		}
+	if err := e.goOn(ctx, &turn, d.InstanceID, st, req, review); err != nil {
+		return nil, err
 	}
 	for i, s := range req.Prior {
 		if s.Role != RoleUser && s.Role != RoleAssistant || d.Instance == nil {
 			return nil, fmt.Errorf("prior message %d: a new instance's messages are user or assistant ones: %w", i, ErrInvalid)
 		}
-	}
-	turn.InstanceID, turn.RunID, turn.Steps, turn.Input, turn.Prior, turn.Options.Review = d.InstanceID, NewID(), st.Steps, req.Input, req.Prior, review
-	turn.Continue = req.Continue
-	if review != nil || req.Continue {
-		// A person's answer, or a client's results, go on with the turn
-		// they answer, under its stack.
-		turn.Options.Stack = st.Options.Stack
 	}
 	d.Opening = e.Exec.Opening(turn)
 	now := time.Now().UTC()
@@ -136,7 +119,7 @@ func (e *Engine) dispatch(ctx context.Context, req Request, review *Review, watc
 			turn.Steps = append(turn.Steps, s)
 		}
 	}
-	turn.Resume, turn.Opened, turn.Prior, turn.Held = true, true, nil, held
+	turn.Resume, turn.Opened, turn.Prior = true, true, nil
 	if !d.Here {
 		sub := e.follow(d.InstanceID, st.LastID, d.Opening, d.Opening[0].ID)
 		if watch == nil {
