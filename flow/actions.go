@@ -278,7 +278,8 @@ func (c *Calls) Finish(ctx context.Context, n int) ([]ToolUse, error) {
 	}
 	uses := make([]ToolUse, len(calls))
 	var results []*call
-	sent := 0 // calls that go to the client
+	sent := 0    // calls that go to the client
+	ran := false // a call ran here
 	for i, k := range calls {
 		c.rule(k)
 		k.use.Client = k.info.Client
@@ -318,6 +319,7 @@ func (c *Calls) Finish(ctx context.Context, n int) ([]ToolUse, error) {
 			if err != nil {
 				return nil, err
 			}
+			ran = true
 			k.use.Output, k.use.Error, k.use.Proposed = r.Output, r.Error, r.Proposed
 		}
 		if c.resultJudge != nil && (!k.info.ClosedWorld || c.node.judgesResults(k.use.ToolName)) {
@@ -334,7 +336,7 @@ func (c *Calls) Finish(ctx context.Context, n int) ([]ToolUse, error) {
 		uses[i] = k.use
 	}
 	if len(results) == 0 {
-		return uses, nil
+		return uses, c.durable(ran)
 	}
 	for _, k := range results {
 		select {
@@ -351,7 +353,17 @@ func (c *Calls) Finish(ctx context.Context, n int) ([]ToolUse, error) {
 		c.out(resultEvent(c.node.Name, k.use))
 		uses[slices.Index(calls, k)] = k.use
 	}
-	return uses, nil
+	return uses, c.durable(ran)
+}
+
+// durable waits, where a call ran, until its results are on record before
+// the model reads them: a run resumed after a crash goes on with what the
+// model read, and not with "interrupted" for a call whose result it had.
+func (c *Calls) durable(ran bool) error {
+	if !ran || c.sync == nil {
+		return nil
+	}
+	return c.sync()
 }
 
 // runCall runs an accepted call. A panic, a bug in the tool, fails the

@@ -82,3 +82,50 @@ func TestInterruptedCallsOnAWithheldDraftKeepItHidden(t *testing.T) {
 		}
 	}
 }
+
+// The results of the calls an agent ran are durable before its model reads
+// them, read-only ones too: a run resumed after a crash goes on with what
+// the model read, and not with "interrupted" for a call whose result it
+// had.
+func TestResultsAreDurableBeforeTheModelReadsThem(t *testing.T) {
+	def, err := flow.Parse([]byte(`{"name": "r", "graph": {"start": "a", "nodes": {
+	  "a": {"type": "inner_agent", "agent_id": "a", "tools": ["calculator"], "transitions": {"COMPLETE": null, "NEEDS_TOOL": "self"}}}}}`), actionCatalog)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var order []string
+	note := func(s string) {
+		mu.Lock()
+		order = append(order, s)
+		mu.Unlock()
+	}
+	agent := agentFunc(func(task *flow.Task) (flow.Reply, error) {
+		note("model")
+		if len(task.ToolRounds) > 0 {
+			return reply("COMPLETE", "42"), nil
+		}
+		task.Calls.Propose(0, flow.ToolUse{ID: "c1", ToolName: "calculator", Input: []byte(`{"expression":"6*7"}`)},
+			flow.ToolInfo{ReadOnly: true, ClosedWorld: true}, func(context.Context) flow.Result { return flow.Result{Output: "42"} })
+		uses, err := task.Calls.Finish(context.Background(), 1)
+		return flow.Reply{ToolUsage: uses}, err
+	})
+	out := (&flow.Executor{Agent: agent}).Run(context.Background(), flow.Turn{FlowID: "r", Def: def, InstanceID: "i", RunID: "r", Input: "6*7?"},
+		flow.Sink{
+			Emit: func(evs ...flow.Event) error {
+				for _, e := range evs {
+					note(e.Name)
+				}
+				return nil
+			},
+			Sync: func() error { note("sync"); return nil },
+		})
+	if out.Status != flow.StatusCompleted {
+		t.Fatalf("run: %s %v", out.Status, out.Err)
+	}
+	got := strings.Join(order, " ")
+	result, second := strings.Index(got, flow.EventToolResult), strings.LastIndex(got, "model")
+	if result < 0 || !strings.Contains(got[result:second], "sync") {
+		t.Errorf("the tool's result is not durable before the model reads it: %s", got)
+	}
+}
