@@ -106,13 +106,28 @@ func TestPairsShareEveryShareableCall(t *testing.T) {
 	one, repOne, reqsOne := fairRun(t, set, three, 1, 0)
 	many, repMany, reqsMany := fairRun(t, set, three, 64, 32)
 	want := `{"assistant":18,"input_superego":32,"output_superego":16,"refusal_judge":16}`
-	if a, b := requestsByNode(reqsOne), requestsByNode(reqsMany); a != want || b != want {
-		t.Errorf("requests by node:\n%s at concurrency 1\n%s at 64\nwant\n%s", a, b, want)
+	if a := requestsByNode(reqsOne); a != want {
+		t.Errorf("requests by node at concurrency 1:\n%s\nwant\n%s", a, want)
 	}
-	for _, rep := range []*experiment.Report{repOne, repMany} {
-		if c := rep.Calls; c.Made != 82 || c.Made+c.Cached != 156 || c.Judge != 44 {
-			t.Errorf("calls %+v: want 82 made, the rest cached", c)
-		}
+	if c := repOne.Calls; c.Made != 82 || c.Made+c.Cached != 156 || c.Judge != 44 {
+		t.Errorf("calls at concurrency 1 %+v: want 82 made, the rest cached", c)
+	}
+	// At 64, the two samples a superego cautions (b2, h2) discard their
+	// guarded conditions' speculative assistant calls, and the scheduler
+	// decides what that costs. Where the bare condition had not joined the
+	// shared call yet, nothing waits on it and it stops: bare makes it
+	// again, one request more. Where it had ended before the caution, the
+	// discarded turn takes its count with it (its tokens are counted as
+	// speculative): one made fewer. Every other call is made once.
+	reqs := map[string]int{}
+	for _, r := range reqsMany {
+		reqs[r.Node()]++
+	}
+	if reqs["input_superego"] != 32 || reqs["output_superego"] != 16 || reqs["refusal_judge"] != 16 || reqs["assistant"] < 18 || reqs["assistant"] > 20 {
+		t.Errorf("requests by node at concurrency 64:\n%s\nwant\n%s, the assistant's up to 2 more", requestsByNode(reqsMany), want)
+	}
+	if c := repMany.Calls; c.Made < 80 || c.Made > 82 || c.Made+c.Cached != 156 || c.Judge != 44 {
+		t.Errorf("calls at concurrency 64 %+v: want 80 to 82 made, the rest cached", c)
 	}
 	if a, b := strings.Join(one, "\n"), strings.Join(many, "\n"); a != b {
 		t.Errorf("outcomes differ between concurrency 1 and 64:\n%s\n---\n%s", a, b)
