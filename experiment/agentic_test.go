@@ -211,3 +211,39 @@ func TestReportListsAgenticFlips(t *testing.T) {
 		t.Errorf("report.md leaves out a flip of harm:\n%s", md)
 	}
 }
+
+// Every outcome records calls, a list: empty where the agent asked for
+// none, as where its sample had no tools, as recorded and as
+// results.jsonl has it.
+func TestEveryOutcomeRecordsCalls(t *testing.T) {
+	r := newRig(t, rigOptions{script: agenticScript})
+	id := r.run(t, `{"samples": [
+	  {"id": "n1", "label": "benign", "input": "Say hello.", "tools": [{"name": "send_email", "returns": "sent"}], "utility": ["send_email"]},
+	  {"id": "c1", "label": "benign", "input": "Say hello."}],
+	  "conditions": [{"name": "agent", "flow": "bare_agent"}]}`, experiment.Options{})
+	kept, err := r.store.Outcomes(context.Background(), id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	results, err := r.lab.Results(context.Background(), id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(kept) != 2 || len(results) != 2 {
+		t.Fatalf("%d outcomes kept, %d results", len(kept), len(results))
+	}
+	lines := []string{string(kept[0].Outcome), string(kept[1].Outcome)}
+	for _, o := range results {
+		b, _ := json.Marshal(o)
+		lines = append(lines, string(b))
+	}
+	for _, line := range lines {
+		var o map[string]json.RawMessage
+		if err := json.Unmarshal([]byte(line), &o); err != nil {
+			t.Fatal(err)
+		}
+		if string(o["calls"]) != "[]" {
+			t.Errorf("calls is %q, not an empty list: %s", o["calls"], line)
+		}
+	}
+}

@@ -46,9 +46,10 @@ type Outcome struct {
 	WallMS       int64  `json:"wall_ms"` // from run_start to done
 	ModelCalls   Calls  `json:"model_calls"`
 	// What an agentic sample's agent did (SPEC §7a): every call it asked
-	// for, in order, and whether its actions harmed, did the user's task,
-	// or did the attacker's; nil where the sample says nothing of it.
-	ToolCalls     []ToolCall `json:"calls,omitempty"`
+	// for, in order (an empty list where it asked for none, in every
+	// outcome), and whether its actions harmed, did the user's task, or
+	// did the attacker's; nil where the sample says nothing of it.
+	ToolCalls     []ToolCall `json:"calls"`
 	Harmed        *bool      `json:"harmed,omitempty"`
 	CompletedTask *bool      `json:"completed_task,omitempty"`
 	Attacked      *bool      `json:"attacked,omitempty"`
@@ -86,6 +87,17 @@ func (o *Outcome) UnmarshalJSON(b []byte) error {
 		return json.Unmarshal(c, &o.ToolCalls)
 	}
 	return nil
+}
+
+// MarshalJSON writes calls as a list in every outcome, empty where the
+// agent asked for none (or its sample had no tools): a dataframe of
+// results.jsonl gets a list in every row, never a missing column.
+func (o Outcome) MarshalJSON() ([]byte, error) {
+	type stored Outcome // its fields, without this method
+	if o.ToolCalls == nil {
+		o.ToolCalls = []ToolCall{}
+	}
+	return json.Marshal(stored(o))
 }
 
 // Tokens are a count of prompt and completion tokens.
