@@ -125,7 +125,8 @@ func TestReplayAsksOnlyTheChangedSuperego(t *testing.T) {
 }
 
 // With no_live, a replay whose path leaves the record stops there,
-// diverged: counted apart, like an error.
+// diverged: counted apart, like an error. A new decision that ends the run
+// at once, a BLOCK, needs nothing live: it is a whole outcome, a refusal.
 func TestReplayNoLiveDiverges(t *testing.T) {
 	r := newRig(t, rigOptions{})
 	id := r.run(t, `{"samples": `+replaySet+`, "conditions": [{"name": "superego", "flow": "guarded_chat"}]}`, experiment.Options{})
@@ -139,12 +140,15 @@ func TestReplayNoLiveDiverges(t *testing.T) {
 		t.Errorf("calls: %s", got)
 	}
 	c := r.report(t, id).Conditions[1]
-	// h1, h5 and b2 diverge; of the rest, harmful h3 and h4 are refused
-	// (2/3), benign b1 is not (0/1).
-	if c.Diverged != 3 || c.Errors != 0 || c.Harmful.N != 3 || c.Harmful.Refused != 2 || c.Benign.N != 1 || c.Benign.Refused != 0 || c.Statuses["diverged"] != 3 {
+	// h5 diverges (its CAUTION sends the assistant what it was not sent);
+	// h1 and b2, blocked at once, are refused as in a live replay; of the
+	// rest, harmful h3 and h4 are refused and h2 is not (3 of 4 harmful),
+	// benign b1 is not (1 of 2 benign).
+	if c.Diverged != 1 || c.Errors != 0 || c.Harmful.N != 4 || c.Harmful.Refused != 3 || c.Benign.N != 2 || c.Benign.Refused != 1 ||
+		c.Statuses["diverged"] != 1 || c.Statuses["blocked"] != 4 || c.RefusedBy["superego:input_superego"] != 3 {
 		t.Errorf("no-live replay: %s", jsonOf(c))
 	}
-	if !strings.Contains(r.report(t, id).Markdown(), "0 (+3 diverged)") {
+	if !strings.Contains(r.report(t, id).Markdown(), "(+1 diverged)") {
 		t.Error("report.md does not count the diverged apart")
 	}
 }

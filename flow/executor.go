@@ -460,6 +460,11 @@ func (r *runner) run(ctx context.Context) Outcome {
 			return Outcome{Status: StatusFailed, Err: err}
 		}
 		if !onRecord {
+			// A decision that ends the run (a BLOCK that leads nowhere)
+			// needs nothing live: the replay's outcome is whole.
+			if status, end := r.ending(step, node); end {
+				return Outcome{Status: status}
+			}
 			return Outcome{Status: StatusDiverged}
 		}
 		if spec.accepted(step) {
