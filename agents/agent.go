@@ -321,6 +321,23 @@ func (a *Agent) catalog(names []string) supervision.Catalog {
 	return cat
 }
 
+// infoOf is what the executor must know of a tool to decide a call to it.
+func infoOf(tool tools.Tool) flow.ToolInfo {
+	return flow.ToolInfo{Description: tool.Description, ReadOnly: tool.ReadOnly, ClosedWorld: tool.ClosedWorld, Client: tool.Client}
+}
+
+// ToolInfo is what the task's node is offered as the tool name, as its
+// calls' judges are told of it (flow.ToolDescriber): a replay asks a judge
+// again about a recorded call as the call's judge was asked.
+func (a *Agent) ToolInfo(t *flow.Task, name string) (flow.ToolInfo, bool) {
+	for _, tool := range a.offer(t).tools {
+		if tool.Name == name {
+			return infoOf(tool), true
+		}
+	}
+	return flow.ToolInfo{}, false
+}
+
 // prepare makes the model's i-th tool call ready to decide (flow.Calls):
 // the call as the step records it, what the executor must know of its
 // tool, and how to run it. A call to a tool the node was not offered, or
@@ -380,7 +397,7 @@ func (a *Agent) prepare(t *flow.Task, o *offered, c llms.ToolCall, i int, timeou
 	if !json.Valid([]byte(args)) && strings.TrimSpace(args) != "" {
 		return use, inert, answer("the arguments are not valid JSON")
 	}
-	info := flow.ToolInfo{Description: tool.Description, ReadOnly: tool.ReadOnly, ClosedWorld: tool.ClosedWorld, Client: tool.Client}
+	info := infoOf(tool)
 	if tool.Client {
 		if !strings.HasPrefix(use.ID, "call_") || len(use.ID) != len("call_")+32 {
 			use.ID = "call_" + flow.NewCallID() // the id the client answers with: it names this call only

@@ -791,21 +791,24 @@ func (n *Node) Denies(tool string) bool {
 	})
 }
 
-// rejudge asks a replay's changed judges of node's actions again about
-// the calls, and results, of rec, node's recorded step, recording each
-// judgement as a step; changed reports whether any decides otherwise than
-// the record did.
-func (r *runner) rejudge(ctx context.Context, node *Node, rec Step) (changed bool, err error) {
-	ask := func(judge string) *Node {
-		if judge == "" || !r.replay.ask[judge] {
-			return nil
-		}
-		return r.t.Def.Graph.Nodes[judge]
-	}
-	callJudge, resultJudge := ask(node.ToolJudge), ask(node.ResultJudge)
-	if callJudge == nil && resultJudge == nil {
-		return false, nil
-	}
+// ToolDescriber is an Agent that says what it offers a task's node as a
+// tool: a replay asks a judge again about a recorded call with what the
+// call's judge was told of its tool.
+type ToolDescriber interface {
+	ToolInfo(t *Task, name string) (ToolInfo, bool)
+}
+
+// rejudge makes again the judgements of actions the record made with rec,
+// node's recorded step: the record's judgement of each of its calls, and
+// of each result, taken where the call first comes. A judge the replay
+// asks again is asked what the record's was asked: the call with its
+// tool's description and the reply's calls before it, or the result, in
+// the light of the same earlier calls; any other judge's judgement is
+// reused, with no call. It returns rec with its calls' judgements these
+// ones; changed where a judge asked again decides otherwise, and ended
+// where its decision, a BLOCK that leads nowhere, ends the run: the step
+// to end it with, not recorded yet.
+func (r *runner) rejudge(ctx context.Context, node *Node, rec Step) (step Step, changed bool, ended *Step, err error) {
 	task := r.task(r.steps, r.heldSteps(), node)
 	send := func(e Event) error {
 		if node.Judged() {
@@ -814,34 +817,76 @@ func (r *runner) rejudge(ctx context.Context, node *Node, rec Step) (changed boo
 		return r.emit(e)
 	}
 	c := r.calls(ctx, node, task, r.steps, func(Event) {}, r.recorder(send))
-	accepted := func(d string) bool { return d == Accept }
-	for _, u := range rec.ToolUsage {
-		var v *verdict
-		var was string
-		switch {
-		case callJudge != nil && u.JudgedBy != nil && u.JudgedBy.Node == callJudge.Name:
-			v = c.judge(callJudge, &Action{Kind: KindCall, Agent: node.AgentID, Call: ToolUse{ID: u.ID, ToolName: u.ToolName, Input: u.Input}, Earlier: c.earlier})
-			was = u.JudgedBy.Decision
-		case resultJudge != nil && u.ResultJudgedBy != nil && u.ResultJudgedBy.Node == resultJudge.Name:
-			call := u
-			if u.WithheldOutput != "" {
-				call.Output, call.Error = u.WithheldOutput, ""
+	describer, _ := r.x.Agent.(ToolDescriber)
+	ids := r.replay.ids
+	for i, u := range rec.ToolUsage {
+		for _, j := range []struct {
+			kind string
+			by   *JudgedBy
+		}{{KindCall, u.JudgedBy}, {KindResult, u.ResultJudgedBy}} { // the call's judgement first
+			kind := j.kind
+			if j.by == nil || j.by.Node == "" {
+				continue // decided by a rule or a person, or not judged
 			}
-			v = c.judge(resultJudge, &Action{Kind: KindResult, Agent: node.AgentID, Call: call, Earlier: c.earlier})
-			was = u.ResultJudgedBy.Decision
-		default:
-			continue
-		}
-		if ctx.Err() != nil {
-			return false, ctx.Err()
-		}
-		s, d := c.judgement(node, u, v)
-		if _, err := c.record(s); err != nil {
-			return false, err
-		}
-		if accepted(d) != accepted(was) {
-			return true, nil
+			was, ok := r.replay.judgement(node.Name, u.ID, kind)
+			if !ok {
+				continue
+			}
+			judge := r.t.Def.Graph.Nodes[was.Node]
+			if judge == nil || !r.replay.ask[was.Node] {
+				was.Reused, was.Cached, was.Usage, was.LatencyMS = true, false, nil, 0
+				s, err := c.record(was)
+				if err != nil {
+					return rec, false, nil, err
+				}
+				ids[was.StepID] = s.StepID
+				continue
+			}
+			a := &Action{Kind: kind, Agent: node.AgentID, Earlier: c.earlier}
+			if describer != nil {
+				info, _ := describer.ToolInfo(task, u.ToolName)
+				a.Description = info.Description
+			}
+			if kind == KindCall {
+				a.Call = ToolUse{ID: u.ID, ToolName: u.ToolName, Input: u.Input}
+				for _, o := range rec.ToolUsage[:i] {
+					a.Others = append(a.Others, ToolUse{ID: o.ID, ToolName: o.ToolName, Input: o.Input})
+				}
+			} else {
+				a.Call = u
+				if u.WithheldOutput != "" {
+					a.Call.Output, a.Call.Error = u.WithheldOutput, ""
+				}
+			}
+			v := c.judge(judge, a)
+			if ctx.Err() != nil {
+				return rec, false, nil, ctx.Err()
+			}
+			s, d := c.judgement(node, u, v)
+			if target, ok := judge.Transitions[Block]; d == Block && ok && target == nil {
+				s.NextAgent = nil
+				return rec, true, &s, nil
+			}
+			if s, err = c.record(s); err != nil {
+				return rec, false, nil, err
+			}
+			ids[was.StepID] = s.StepID
+			if d != was.Decision {
+				return rec, true, nil, nil
+			}
 		}
 	}
-	return false, nil
+	// The step's calls name the judgements made here, or taken before.
+	rec.ToolUsage = slices.Clone(rec.ToolUsage)
+	for i, u := range rec.ToolUsage {
+		for _, by := range []**JudgedBy{&u.JudgedBy, &u.ResultJudgedBy} {
+			if *by != nil && ids[(*by).StepID] != "" {
+				b := **by
+				b.StepID = ids[b.StepID]
+				*by = &b
+			}
+		}
+		rec.ToolUsage[i] = u
+	}
+	return rec, false, nil, nil
 }

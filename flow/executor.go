@@ -557,19 +557,28 @@ func (r *runner) fromRecord(ctx context.Context, node *Node) (next string, out *
 	}
 	if rec != nil && node.Type == InnerAgent {
 		// A changed judge of its actions is asked again about the
-		// recorded calls and results (SPEC §7a): one that decides
-		// otherwise takes the run off the record, here.
-		changed, err := r.rejudge(ctx, node, *rec)
+		// recorded calls and results: one that decides otherwise takes
+		// the run off the record, here, or ends it.
+		step, changed, ended, err := r.rejudge(ctx, node, *rec)
 		switch {
 		case err != nil && ctx.Err() != nil:
 			out := r.stopped(ctx)
 			return "", &out, false
 		case err != nil:
 			return "", &Outcome{Status: StatusFailed, Err: err}, false
+		case ended != nil:
+			r.replay.diverged = true
+			if err := r.appendStep(*ended, r.t.Def.Graph.Nodes[ended.Node]); err != nil {
+				return "", &Outcome{Status: StatusFailed, Err: err}, false
+			}
+			status, _ := ending(*ended, nil)
+			return "", &Outcome{Status: status}, false
 		case changed && r.replay.noLive:
 			return "", &Outcome{Status: StatusDiverged}, false
 		case changed:
 			r.replay.diverged, rec = true, nil
+		default:
+			rec = &step
 		}
 	}
 	if rec == nil {

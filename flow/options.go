@@ -199,13 +199,23 @@ func recorded(ctx context.Context, store Store, id string) ([]Step, error) {
 
 // replayer walks a recorded turn beside the run that replays it.
 type replayer struct {
-	steps    []Step
+	steps    []Step // the nodes' steps; judgements of actions are apart
 	next     int
 	ask      map[string]bool
 	noLive   bool
 	diverged bool
 	counts   ReplayCounts
+	// judgements are the record's judgements of actions, by what they
+	// judged, each taken once, where the replay comes to the step of the
+	// call it judged; ids are the record's ids of those taken, mapped to
+	// the replay's.
+	judgements map[judgedKey][]Step
+	ids        map[string]string
 }
+
+// judgedKey is what a judgement of an action judged: a call of an agent's
+// node, or its result.
+type judgedKey struct{ node, call, kind string }
 
 // ReplayCounts say how a replayed run was made: steps reused from the
 // record, and model calls made.
@@ -221,8 +231,29 @@ func newReplayer(steps []Step, r *ReplayOf) *replayer {
 	}
 	// A judgement of an action is part of its agent's step, which is
 	// reused or asked again with it: the walk is over the nodes' steps.
-	steps = slices.DeleteFunc(slices.Clone(steps), func(s Step) bool { return s.Judged != nil })
-	return &replayer{steps: steps, ask: ask, noLive: r.NoLive}
+	p := &replayer{ask: ask, noLive: r.NoLive, judgements: map[judgedKey][]Step{}, ids: map[string]string{}}
+	for _, s := range steps {
+		if j := s.Judged; j != nil {
+			k := judgedKey{j.Node, j.ToolCallID, j.Kind}
+			p.judgements[k] = append(p.judgements[k], s)
+			continue
+		}
+		p.steps = append(p.steps, s)
+	}
+	return p
+}
+
+// judgement takes the record's judgement of a call of node, or of its
+// result: ok is false where there is none left, because no judge was
+// asked, or because the replay took it at an earlier step of the call.
+func (p *replayer) judgement(node, call, kind string) (s Step, ok bool) {
+	k := judgedKey{node, call, kind}
+	list := p.judgements[k]
+	if len(list) == 0 {
+		return Step{}, false
+	}
+	p.judgements[k] = list[1:]
+	return list[0], true
 }
 
 // at says what the replay does at node: reuse the recorded step, or ask
