@@ -5,9 +5,11 @@ import (
 	"encoding/json"
 	"strings"
 	"testing"
+	"time"
 
 	"superego/agents/agentstest"
 	"superego/experiment"
+	"superego/flow"
 )
 
 // agenticScript plays guarded_agent and bare_agent for the agentic samples
@@ -244,6 +246,77 @@ func TestEveryOutcomeRecordsCalls(t *testing.T) {
 		}
 		if string(o["calls"]) != "[]" {
 			t.Errorf("calls is %q, not an empty list: %s", o["calls"], line)
+		}
+	}
+}
+
+// stableOutcome is what an outcome says of its sample, without its ids, times
+// and how its calls were made: two runs of the same sample say the same.
+func stableOutcome(o experiment.Outcome) string {
+	o.ExperimentID, o.InstanceID, o.WallMS, o.LatencyMS, o.Tokens, o.ModelCalls = "", "", 0, nil, nil, experiment.Calls{}
+	b, _ := json.Marshal(o)
+	return string(b)
+}
+
+// A session that stopped where its runs had sent their calls to the lab,
+// and the lab had not answered them yet (a kill -9 between the two), is
+// resumed as the lab would have gone on: each call is answered, and each
+// outcome is an uninterrupted run's, not "awaiting_tool_result".
+func TestResumeAnswersRunsThatWaitForTheLab(t *testing.T) {
+	r := newRig(t, rigOptions{script: agenticScript})
+	doc := `{"name": "agentic", ` + agenticSamples + `, "conditions": [{"name": "unguarded", "flow": "bare_agent"}, {"name": "guarded", "flow": "guarded_agent"}]}`
+	want := outcomesBy(t, r, r.run(t, doc, experiment.Options{}))
+
+	d, err := experiment.Parse(strings.NewReader(doc))
+	if err != nil {
+		t.Fatal(err)
+	}
+	plan, err := d.Check(r.lab.Env)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec, err := r.lab.Create(context.Background(), plan)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// What the killed session did: each outcome's instance recorded, and
+	// its first request run to its end.
+	waiting := 0
+	for _, c := range plan.Conditions {
+		for _, s := range plan.Samples {
+			inst := flow.Instance{ID: flow.NewID(), FlowID: c.Flow, CreatedAt: time.Now().UTC()}
+			if err := flow.Wait(func(done func(error)) { r.engine.Store.Create(inst, done) }); err != nil {
+				t.Fatal(err)
+			}
+			slot := experiment.Slot{Condition: c.Name, Label: s.Label, SampleID: s.ID}
+			if err := r.store.BeginOutcome(context.Background(), rec.ID, slot, inst.ID); err != nil {
+				t.Fatal(err)
+			}
+			req := flow.Request{FlowID: c.Flow, InstanceID: inst.ID, Input: s.Input, Options: flow.RunOptions{Variant: c.Variant, Client: s.ClientTools()}}
+			var status string
+			if err := r.engine.Run(context.Background(), req, func(ev flow.Event) {
+				if d, ok := ev.Data.(flow.Done); ok {
+					status = d.Status
+				}
+			}); err != nil {
+				t.Fatal(err)
+			}
+			if status == flow.StatusAwaitingToolResult {
+				waiting++
+			}
+		}
+	}
+	if waiting < 6 {
+		t.Fatalf("%d runs wait for the lab", waiting)
+	}
+	r.start(t, rec.ID, experiment.Options{})
+	got := outcomesBy(t, r, rec.ID)
+	if len(got) != len(want) {
+		t.Fatalf("%d outcomes resumed, %d uninterrupted", len(got), len(want))
+	}
+	for key, o := range want {
+		if a, b := stableOutcome(got[key]), stableOutcome(o); a != b {
+			t.Errorf("%s resumed:\n%s\nuninterrupted:\n%s", key, a, b)
 		}
 	}
 }

@@ -543,9 +543,15 @@ func (l *Lab) events(r *run, j job, opts Options) (instance string, events []flo
 		case err != nil && !errors.Is(err, flow.ErrNotFound):
 			return "", nil, nil, err
 		case err == nil && ended(evs):
+			// A run that ended waiting for its client, the lab, is
+			// answered as the lab would have answered it.
+			if next, more := playClient(j.sample, l.request(r, j, j.prior, opts), evs); more && j.sample.agentic() {
+				evs, startErr, err := l.runOn(r, j, next, evs)
+				return j.prior, evs, startErr, err
+			}
 			return j.prior, evs, nil, nil
 		case err == nil && len(evs) == 0:
-			evs, startErr, err := l.runOn(r, j, j.prior, opts) // begun, never started
+			evs, startErr, err := l.runOn(r, j, l.request(r, j, j.prior, opts), nil) // begun, never started
 			return j.prior, evs, startErr, err
 		}
 		// Cancelled, or interrupted with nobody to resume it: a new run.
@@ -569,7 +575,7 @@ func (l *Lab) events(r *run, j job, opts Options) (instance string, events []flo
 	if err := <-created; err != nil {
 		return "", nil, nil, fmt.Errorf("create instance: %w", err)
 	}
-	events, startErr, err = l.runOn(r, j, inst.ID, opts)
+	events, startErr, err = l.runOn(r, j, l.request(r, j, inst.ID, opts), nil)
 	return inst.ID, events, startErr, err
 }
 
@@ -602,16 +608,22 @@ func (l *Lab) follow(ctx context.Context, instance string) ([]flow.Event, error)
 	return out, nil
 }
 
-// runOn runs the job on its instance. An agentic sample's run (SPEC §7a)
-// goes on for as long as it waits for its client, which the lab plays:
-// each request that answers it runs on the same instance, and events
-// gathers them all.
-func (l *Lab) runOn(r *run, j job, instance string, opts Options) (events []flow.Event, startErr, err error) {
+// request is the job's first request on its instance.
+func (l *Lab) request(r *run, j job, instance string, opts Options) flow.Request {
 	req := flow.Request{FlowID: j.cond.Flow, InstanceID: instance, Input: j.sample.Input, Options: flow.RunOptions{
 		Variant: j.cond.Variant, Cache: cacheScope(j.slot.Repeat, opts), Tags: tags(r.id, j.slot), Stack: stack(j.cond, j.sample), Client: j.sample.client()}}
 	if j.replayOf != "" {
 		req.Options.Replay = &flow.ReplayOf{Instance: j.replayOf, Ask: j.cond.Replay.Ask, NoLive: j.cond.Replay.NoLive}
 	}
+	return req
+}
+
+// runOn runs req, a request of the job, on its instance, after events, what
+// the instance ran before. An agentic sample's run (SPEC §7a) goes on for
+// as long as it waits for its client, which the lab plays: each request
+// that answers it runs on the same instance, and events gathers them all.
+func (l *Lab) runOn(r *run, j job, req flow.Request, events []flow.Event) (_ []flow.Event, startErr, err error) {
+	instance := req.InstanceID
 	r.mu.Lock()
 	r.inflight[instance] = true
 	r.mu.Unlock()
@@ -630,7 +642,7 @@ func (l *Lab) runOn(r *run, j job, instance string, opts Options) (events []flow
 		if evs == nil || startErr != nil || err != nil || !j.sample.agentic() || rounds == maxClientRounds {
 			return events, startErr, err
 		}
-		next, more := playClient(j.sample, req, evs)
+		next, more := playClient(j.sample, req, events)
 		if !more {
 			return events, nil, nil
 		}

@@ -44,11 +44,7 @@ func newExperimentModel(t *testing.T) *experimentModel {
 	m.Server = agentstest.OpenAI(t, func(r agentstest.Request) agentstest.Answer {
 		has := func(s string) bool { return strings.Contains(r.LastUser(), s) }
 		if has("GATE") && (r.Node() == "assistant" || r.Node() == "input_superego") {
-			m.mu.Lock()
-			gate := m.gate
-			m.mu.Unlock()
-			m.entered <- r.LastUser()
-			<-gate
+			m.hold(r)
 		}
 		switch r.Node() {
 		case "input_superego":
@@ -75,6 +71,15 @@ func newExperimentModel(t *testing.T) *experimentModel {
 	// by every new connection, orders them.
 	m.Server.Server.CloseClientConnections()
 	return m
+}
+
+// hold says a request entered the gate, and waits there until it opens.
+func (m *experimentModel) hold(r agentstest.Request) {
+	m.mu.Lock()
+	gate := m.gate
+	m.mu.Unlock()
+	m.entered <- r.LastUser()
+	<-gate
 }
 
 func (m *experimentModel) open() {
