@@ -35,10 +35,11 @@ type Lab struct {
 	// so far (Backoff.Waits): progress reports how many an experiment met.
 	RateLimited func() int64
 
-	mu     sync.Mutex
-	runs   map[string]*run // experiments running in this process
-	closed bool
-	wg     sync.WaitGroup
+	mu      sync.Mutex
+	runs    map[string]*run // experiments running in this process
+	closed  bool
+	wg      sync.WaitGroup
+	reports reports // made from outcomes, while no report is kept
 }
 
 // Options are how one session of an experiment's runs goes.
@@ -126,8 +127,8 @@ func (l *Lab) Start(ctx context.Context, id string, opts Options) error {
 	case l.runs[id] != nil:
 		return fmt.Errorf("experiment %s: %w", id, flow.ErrBusy)
 	}
-	if rec.Status != StatusRunning {
-		rec.Status = StatusRunning
+	if rec.Status != StatusRunning || rec.Report != nil {
+		rec.Status, rec.Report = StatusRunning, nil // the session may change the outcomes
 		if err := l.Store.UpdateExperiment(ctx, rec); err != nil {
 			return fmt.Errorf("experiment %s: %w", id, err)
 		}
@@ -282,8 +283,15 @@ func (l *Lab) session(r *run, plan *Plan, opts Options) {
 		case err == nil && cause == nil:
 			rec.Status = StatusCompleted
 		}
+		var kerr error
+		if rec.Status == StatusCompleted {
+			// Its report is kept with the status: reading the experiment
+			// reads no outcome until a session starts again. (A stop or a
+			// cancel does not wait for one.)
+			rec.Report, kerr = l.keepReport(context.Background(), rec, plan)
+		}
 		if rec.Status != StatusRunning {
-			gerr = l.Store.UpdateExperiment(context.Background(), rec)
+			gerr = cmp.Or(l.Store.UpdateExperiment(context.Background(), rec), kerr)
 		}
 	}
 	if err == nil {
@@ -542,13 +550,15 @@ func (l *Lab) events(r *run, j job, opts Options) (instance string, events []flo
 		switch {
 		case err != nil && !errors.Is(err, flow.ErrNotFound):
 			return "", nil, nil, err
-		case err == nil && ended(evs):
+		case err == nil && ended(evs) && j.sample.agentic():
 			// A run that ended waiting for its client, the lab, is
 			// answered as the lab would have answered it.
-			if next, more := playClient(j.sample, l.request(r, j, j.prior, opts), evs); more && j.sample.agentic() {
+			if next, more := playClient(j.sample, l.request(r, j, j.prior, opts), evs); more {
 				evs, startErr, err := l.runOn(r, j, next, evs)
 				return j.prior, evs, startErr, err
 			}
+			return j.prior, evs, nil, nil
+		case err == nil && ended(evs):
 			return j.prior, evs, nil, nil
 		case err == nil && len(evs) == 0:
 			evs, startErr, err := l.runOn(r, j, l.request(r, j, j.prior, opts), nil) // begun, never started

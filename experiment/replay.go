@@ -104,7 +104,7 @@ func (l *Lab) Replay(ctx context.Context, id string, req ReplayRequest) (Planned
 	}
 	planned.Replay = &Replay{From: src.Name, Ask: slices.Sorted(maps.Keys(ask)), NoLive: req.NoLive}
 	plan.Conditions = append(plan.Conditions, planned)
-	rec.Plan, rec.Status = plan.Encode(), StatusRunning
+	rec.Plan, rec.Status, rec.Report = plan.Encode(), StatusRunning, nil
 	if err := l.Store.UpdateExperiment(ctx, rec); err != nil {
 		return Planned{}, fmt.Errorf("experiment %s: %w", id, err)
 	}

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
+	"sync"
 	"time"
 
 	"superego/flow"
@@ -110,16 +111,39 @@ func (l *Lab) results(ctx context.Context, id string, plan *Plan) ([]Outcome, er
 	return out, nil
 }
 
-// Report computes the experiment's report from its outcomes so far.
+// Report is the experiment's report as it stands: the one kept when it
+// completed, or, while it runs (or where none was kept), one made from
+// its outcomes (reports.get says how recently).
 func (l *Lab) Report(ctx context.Context, id string) (*Report, error) {
-	rec, plan, err := l.load(ctx, id)
+	rec, err := l.Store.Experiment(ctx, id)
 	if err != nil {
 		return nil, err
 	}
-	return l.report(ctx, rec, plan)
+	return l.report(ctx, rec)
 }
 
-func (l *Lab) report(ctx context.Context, rec Record, plan *Plan) (*Report, error) {
+// report is Report of rec. Where the report kept is served, the plan,
+// which may hold a million samples, is not even read: what the view
+// shows of it is in the report.
+func (l *Lab) report(ctx context.Context, rec Record) (*Report, error) {
+	if rep := keptReport(rec); rep != nil {
+		return rep, nil
+	}
+	plan, err := DecodePlan(rec.Plan)
+	if err != nil {
+		return nil, fmt.Errorf("experiment %s: %w", rec.ID, err)
+	}
+	// One made while the experiment had another status is of other outcomes.
+	rep, err := l.reports.get(ctx, rec.ID+" "+rec.Status, func(ctx context.Context) (*Report, error) { return l.makeReport(ctx, rec, plan) })
+	if err != nil {
+		return nil, err
+	}
+	r := *rep // the readers' own: they share the one made
+	return &r, nil
+}
+
+// makeReport makes the report of the outcomes recorded so far.
+func (l *Lab) makeReport(ctx context.Context, rec Record, plan *Plan) (*Report, error) {
 	outcomes, err := l.results(ctx, rec.ID, plan)
 	if err != nil {
 		return nil, err
@@ -131,17 +155,51 @@ func (l *Lab) report(ctx context.Context, rec Record, plan *Plan) (*Report, erro
 	return buildReport(rec, plan, outcomes, j.describe()), nil
 }
 
+// reportVersion is the version of what a report holds and how it is
+// made. Raise it with every change to either: a report kept by a server
+// of another version is not served, but made again from the outcomes.
+const reportVersion = 1
+
+// kept is a report as the lab keeps it (Record.Report).
+type kept struct {
+	Version int     `json:"version"`
+	Report  *Report `json:"report"`
+}
+
+// keepReport is the report of an experiment's outcomes, made as its
+// session completes it, to keep with that status.
+func (l *Lab) keepReport(ctx context.Context, rec Record, plan *Plan) ([]byte, error) {
+	rep, err := l.makeReport(ctx, rec, plan)
+	if err != nil {
+		return nil, err
+	}
+	return json.Marshal(kept{reportVersion, rep})
+}
+
+// keptReport reads the report kept of a completed experiment: nil where
+// there is none, or it is of another version.
+func keptReport(rec Record) *Report {
+	var k kept
+	if rec.Status != StatusCompleted || rec.Report == nil || json.Unmarshal(rec.Report, &k) != nil || k.Version != reportVersion {
+		return nil
+	}
+	return k.Report
+}
+
 // Get is the experiment with its progress and report.
 func (l *Lab) Get(ctx context.Context, id string) (View, error) {
-	rec, plan, err := l.load(ctx, id)
+	rec, err := l.Store.Experiment(ctx, id)
 	if err != nil {
 		return View{}, err
 	}
-	rep, err := l.report(ctx, rec, plan)
+	rep, err := l.report(ctx, rec)
 	if err != nil {
 		return View{}, err
 	}
-	v := View{ID: rec.ID, Name: rec.Name, Status: rec.Status, CreatedAt: rec.CreatedAt, Conditions: names(plan), Report: rep}
+	v := View{ID: rec.ID, Name: rec.Name, Status: rec.Status, CreatedAt: rec.CreatedAt, Report: rep}
+	for _, c := range rep.Conditions { // the plan's, in its order
+		v.Conditions = append(v.Conditions, c.Name)
+	}
 	l.mu.Lock()
 	r := l.runs[id]
 	l.mu.Unlock()
@@ -175,4 +233,88 @@ func (l *Lab) Compare(ctx context.Context, id, a, b string) (*Comparison, error)
 	}
 	c := compare(plan, a, b, byCondition(outcomes))
 	return &c, nil
+}
+
+// reports are reports made from outcomes, by experiment and status:
+// those of experiments that run, or that ended with none kept. Each is
+// made again once it is older than fresh; meanwhile one reader makes it,
+// and the others are served the one before (or, where there is none, wait
+// for it). So readers, however many, make at most one report of an
+// experiment at a time, each taking the time and memory of reading every
+// outcome, and a watched experiment spends about a tenth of a core at
+// most on its report.
+type reports struct {
+	mu sync.Mutex
+	by map[string]*made
+}
+
+// made is an experiment's report as last made.
+type made struct {
+	rep    *Report
+	at     time.Time     // when it was made
+	took   time.Duration // how long making it took
+	read   time.Time     // when it was last asked for
+	making chan struct{} // closed when the one being made is; nil when none is
+	err    error         // of the last that failed
+}
+
+// minFresh is how long a report made is served at least.
+const minFresh = 2 * time.Second
+
+// fresh is how long a report made is served: ten times what making it
+// took, at least minFresh.
+func (m *made) fresh() time.Duration { return max(minFresh, 10*m.took) }
+
+// forgetAfter is how long a report no one asks for is kept.
+const forgetAfter = 5 * time.Minute
+
+// get returns the report of key, made by build where none is fresh:
+// the first reader makes it, and the readers that come meanwhile wait for
+// it, or are served the one before where there is one.
+func (c *reports) get(ctx context.Context, key string, build func(context.Context) (*Report, error)) (*Report, error) {
+	now := time.Now()
+	c.mu.Lock()
+	for other, m := range c.by {
+		if m.making == nil && now.Sub(m.read) > forgetAfter {
+			delete(c.by, other)
+		}
+	}
+	m := c.by[key]
+	if m == nil {
+		m = &made{}
+		if c.by == nil {
+			c.by = map[string]*made{}
+		}
+		c.by[key] = m
+	}
+	m.read = now
+	switch {
+	case m.rep != nil && (m.making != nil || now.Sub(m.at) < m.fresh()):
+		rep := m.rep
+		c.mu.Unlock()
+		return rep, nil
+	case m.making != nil:
+		making := m.making
+		c.mu.Unlock()
+		select {
+		case <-making:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		return m.rep, m.err
+	}
+	m.making = make(chan struct{})
+	c.mu.Unlock()
+	start := time.Now()
+	rep, err := build(context.WithoutCancel(ctx)) // for the readers waiting too
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if m.err = err; err == nil {
+		m.rep, m.at, m.took = rep, time.Now(), time.Since(start)
+	}
+	close(m.making)
+	m.making = nil
+	return rep, err
 }

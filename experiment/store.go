@@ -17,12 +17,14 @@ import (
 // logs; MemStore keeps it in memory.
 type Store interface {
 	CreateExperiment(ctx context.Context, r Record) error
-	// UpdateExperiment changes an experiment's status and plan, and its
-	// Out where r's is set.
+	// UpdateExperiment changes an experiment's status, plan and report,
+	// at once (a nil Report drops the one kept), and its Out where r's is
+	// set.
 	UpdateExperiment(ctx context.Context, r Record) error
 	// Experiment is flow.ErrNotFound for an unknown id.
 	Experiment(ctx context.Context, id string) (Record, error)
-	// Experiments are every experiment, newest first.
+	// Experiments are every experiment, newest first, without their
+	// reports.
 	Experiments(ctx context.Context) ([]Record, error)
 	// BeginOutcome records the instance that runs a slot, replacing one
 	// recorded before, whose run did not end in an outcome; it is durable
@@ -46,6 +48,10 @@ type Record struct {
 	// experiment's results.jsonl, report.json and report.md: each command
 	// on it writes there unless told otherwise. "" until one has.
 	Out string
+	// Report is what the lab kept of the experiment's report when it
+	// completed, nil where it kept none: the report of outcomes that no
+	// session changes until one starts, which drops it.
+	Report []byte
 }
 
 // Kept is a slot as a store keeps it: its instance, and its outcome's
@@ -99,7 +105,7 @@ func (m *MemStore) UpdateExperiment(_ context.Context, r Record) error {
 	if !ok {
 		return fmt.Errorf("experiment %q: %w", r.ID, flow.ErrNotFound)
 	}
-	old.Status, old.Plan = r.Status, r.Plan
+	old.Status, old.Plan, old.Report = r.Status, r.Plan, r.Report
 	if r.Out != "" {
 		old.Out = r.Out
 	}
@@ -122,6 +128,7 @@ func (m *MemStore) Experiments(context.Context) ([]Record, error) {
 	defer m.mu.Unlock()
 	out := make([]Record, 0, len(m.records))
 	for _, r := range m.records {
+		r.Report = nil
 		out = append(out, r)
 	}
 	slices.SortFunc(out, func(a, b Record) int {

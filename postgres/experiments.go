@@ -59,19 +59,26 @@ func (s *Store) CreateExperiment(ctx context.Context, r experiment.Record) error
 	return nil
 }
 
-// UpdateExperiment writes an experiment's status and plan, and its out
-// where r's is set.
+// UpdateExperiment writes an experiment's status, plan and report, and
+// its out where r's is set.
 func (s *Store) UpdateExperiment(ctx context.Context, r experiment.Record) error {
 	old, err := s.Experiment(ctx, r.ID)
 	if err != nil {
 		return err
 	}
-	old.Status, old.Plan = r.Status, r.Plan
+	old.Status, old.Plan, old.Report = r.Status, r.Plan, r.Report
 	if r.Out != "" {
 		old.Out = r.Out
 	}
+	var report *string
+	var reported *int64
+	if old.Report != nil {
+		text, sum := string(old.Report), reportSum(old.ID, old.Report)
+		report, reported = &text, &sum
+	}
 	err = s.writeTables(func(b *pgx.Batch) {
-		b.Queue(`UPDATE experiments SET status = $1, plan = $2, out = $3, sum = $4 WHERE id = $5`, old.Status, string(old.Plan), optional(old.Out), experimentSum(old), old.ID)
+		b.Queue(`UPDATE experiments SET status = $1, plan = $2, out = $3, sum = $4, report = $5, report_sum = $6 WHERE id = $7`,
+			old.Status, string(old.Plan), optional(old.Out), experimentSum(old), report, reported, old.ID)
 	})
 	if err != nil {
 		return fmt.Errorf("update experiment %s: %w", r.ID, err)
@@ -79,14 +86,28 @@ func (s *Store) UpdateExperiment(ctx context.Context, r experiment.Record) error
 	return nil
 }
 
+// reportSum is the checksum of an experiment's report, apart from its
+// row's, which a listing checks without reading the report.
+func reportSum(id string, report []byte) int64 {
+	var sum segment.Sum
+	return sum.String(id).Bytes(report).Value()
+}
+
 const experimentColumns = `id, name, created_at, status, plan, out, sum`
 
-func scanExperiment(row pgx.Row) (experiment.Record, error) {
+// scanExperiment reads a row of experimentColumns, and with report, of
+// report and report_sum after them.
+func scanExperiment(row pgx.Row, report bool) (experiment.Record, error) {
 	var r experiment.Record
 	var plan string
-	var out *string
+	var out, kept *string
 	var sum int64
-	if err := row.Scan(&r.ID, &r.Name, &r.CreatedAt, &r.Status, &plan, &out, &sum); err != nil {
+	var keptSum *int64
+	dest := []any{&r.ID, &r.Name, &r.CreatedAt, &r.Status, &plan, &out, &sum}
+	if report {
+		dest = append(dest, &kept, &keptSum)
+	}
+	if err := row.Scan(dest...); err != nil {
 		return r, err
 	}
 	if out != nil {
@@ -96,19 +117,25 @@ func scanExperiment(row pgx.Row) (experiment.Record, error) {
 	if sum != experimentSum(r) {
 		return r, fmt.Errorf("experiment %q: %w", r.ID, flow.ErrCorrupt)
 	}
+	if kept != nil {
+		r.Report = []byte(*kept)
+		if keptSum == nil || *keptSum != reportSum(r.ID, r.Report) {
+			return r, fmt.Errorf("experiment %q: its report: %w", r.ID, flow.ErrCorrupt)
+		}
+	}
 	return r, nil
 }
 
-// Experiment reads an experiment.
+// Experiment reads an experiment, with its report.
 func (s *Store) Experiment(ctx context.Context, id string) (experiment.Record, error) {
-	r, err := scanExperiment(s.read.QueryRow(ctx, `SELECT `+experimentColumns+` FROM experiments WHERE id = $1`, id))
+	r, err := scanExperiment(s.read.QueryRow(ctx, `SELECT `+experimentColumns+`, report, report_sum FROM experiments WHERE id = $1`, id), true)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return r, fmt.Errorf("experiment %q: %w", id, flow.ErrNotFound)
 	}
 	return r, err
 }
 
-// Experiments reads every experiment, newest first.
+// Experiments reads every experiment, newest first, without its report.
 func (s *Store) Experiments(ctx context.Context) ([]experiment.Record, error) {
 	rows, err := s.read.Query(ctx, `SELECT `+experimentColumns+` FROM experiments ORDER BY created_at DESC, id DESC`)
 	if err != nil {
@@ -117,7 +144,7 @@ func (s *Store) Experiments(ctx context.Context) ([]experiment.Record, error) {
 	defer rows.Close()
 	var out []experiment.Record
 	for rows.Next() {
-		r, err := scanExperiment(rows)
+		r, err := scanExperiment(rows, false)
 		if err != nil {
 			return nil, err
 		}

@@ -42,7 +42,7 @@ func TestOpenMigratesAnEmptyDatabase(t *testing.T) {
 			t.Fatal(err)
 		}
 		s.Close()
-		if got, want := tables(t, conn), "experiment_outcomes experiments held log reply_cache run_leases schema_migrations texts writers; 1 log, 2 run leases, 3 keep experiments, 4 cache model replies, 5 remember where experiments write, 6 tag instances, 7 count each commit"; got != want {
+		if got, want := tables(t, conn), "experiment_outcomes experiments held log reply_cache run_leases schema_migrations texts writers; 1 log, 2 run leases, 3 keep experiments, 4 cache model replies, 5 remember where experiments write, 6 tag instances, 7 count each commit, 8 keep experiment reports"; got != want {
 			t.Errorf("after opening: %q, want %q", got, want)
 		}
 	}
@@ -64,7 +64,7 @@ func TestConcurrentOpensMigrateOnce(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	if got, want := tables(t, conn), "experiment_outcomes experiments held log reply_cache run_leases schema_migrations texts writers; 1 log, 2 run leases, 3 keep experiments, 4 cache model replies, 5 remember where experiments write, 6 tag instances, 7 count each commit"; got != want {
+	if got, want := tables(t, conn), "experiment_outcomes experiments held log reply_cache run_leases schema_migrations texts writers; 1 log, 2 run leases, 3 keep experiments, 4 cache model replies, 5 remember where experiments write, 6 tag instances, 7 count each commit, 8 keep experiment reports"; got != want {
 		t.Errorf("after opening: %q, want %q", got, want)
 	}
 }
@@ -78,15 +78,15 @@ func TestOpenRefusesANewerDatabase(t *testing.T) {
 		t.Fatal(err)
 	}
 	s.Close()
-	if _, err := conn.Exec(context.Background(), `INSERT INTO schema_migrations VALUES (8, 'from the future', '2027-01-01T00:00:00Z')`); err != nil {
+	if _, err := conn.Exec(context.Background(), `INSERT INTO schema_migrations VALUES (9, 'from the future', '2027-01-01T00:00:00Z')`); err != nil {
 		t.Fatal(err)
 	}
 	_, err = postgres.Open(context.Background(), u)
-	want := "open " + u + ": the database is at schema version 8, and this superego knows versions up to 7: use a newer superego"
+	want := "open " + u + ": the database is at schema version 9, and this superego knows versions up to 8: use a newer superego"
 	if err == nil || err.Error() != want {
 		t.Fatalf("open: %v\nwant %s", err, want)
 	}
-	if got := tables(t, conn); got != "experiment_outcomes experiments held log reply_cache run_leases schema_migrations texts writers; 1 log, 2 run leases, 3 keep experiments, 4 cache model replies, 5 remember where experiments write, 6 tag instances, 7 count each commit, 8 from the future" {
+	if got := tables(t, conn); got != "experiment_outcomes experiments held log reply_cache run_leases schema_migrations texts writers; 1 log, 2 run leases, 3 keep experiments, 4 cache model replies, 5 remember where experiments write, 6 tag instances, 7 count each commit, 8 keep experiment reports, 9 from the future" {
 		t.Errorf("after the refusal: %q", got)
 	}
 }

@@ -32,6 +32,13 @@ func experimentSum(r experiment.Record, created string) int64 {
 	return sum.Value()
 }
 
+// reportSum is the checksum of an experiment's report, apart from its
+// row's, which a listing checks without reading the report.
+func reportSum(id string, report []byte) int64 {
+	var sum segment.Sum
+	return sum.String(id).Bytes(report).Value()
+}
+
 func outcomeSum(id string, k experiment.Kept) int64 {
 	var sum segment.Sum
 	return sum.String(id).String(k.Condition).String(k.Label).String(k.SampleID).Int(int64(k.Repeat)).String(k.Instance).Bytes(k.Outcome).Value()
@@ -50,21 +57,23 @@ func (s *Store) CreateExperiment(ctx context.Context, r experiment.Record) error
 	})
 }
 
-// UpdateExperiment writes an experiment's status and plan, and its out
-// where r's is set.
+// UpdateExperiment writes an experiment's status, plan and report, and
+// its out where r's is set.
 func (s *Store) UpdateExperiment(ctx context.Context, r experiment.Record) error {
 	old, err := s.Experiment(ctx, r.ID)
 	if err != nil {
 		return err
 	}
-	old.Status, old.Plan = r.Status, r.Plan
+	old.Status, old.Plan, old.Report = r.Status, r.Plan, r.Report
 	if r.Out != "" {
 		old.Out = r.Out
 	}
 	created := old.CreatedAt.UTC().Format(segment.TimeFormat)
+	reported := sql.NullInt64{Int64: reportSum(old.ID, old.Report), Valid: old.Report != nil}
 	return s.writeTables(func(tx *sql.Tx) error {
-		if _, err := tx.Exec(`UPDATE experiments SET status = ?, plan = ?, out = ?, sum = ? WHERE id = ?`,
-			old.Status, string(old.Plan), sql.NullString{String: old.Out, Valid: old.Out != ""}, experimentSum(old, created), old.ID); err != nil {
+		if _, err := tx.Exec(`UPDATE experiments SET status = ?, plan = ?, out = ?, sum = ?, report = ?, report_sum = ? WHERE id = ?`,
+			old.Status, string(old.Plan), sql.NullString{String: old.Out, Valid: old.Out != ""}, experimentSum(old, created),
+			sql.NullString{String: string(old.Report), Valid: old.Report != nil}, reported, old.ID); err != nil {
 			return fmt.Errorf("update experiment %s: %w", r.ID, err)
 		}
 		return nil
@@ -73,17 +82,29 @@ func (s *Store) UpdateExperiment(ctx context.Context, r experiment.Record) error
 
 const experimentColumns = `id, name, created_at, status, plan, out, sum`
 
-func scanExperiment(row interface{ Scan(...any) error }) (experiment.Record, error) {
+// scanExperiment reads a row of experimentColumns, and with report, of
+// report and report_sum after them.
+func scanExperiment(row interface{ Scan(...any) error }, report bool) (experiment.Record, error) {
 	var r experiment.Record
 	var created string
-	var out sql.NullString
-	var sum sql.NullInt64
-	if err := row.Scan(&r.ID, &r.Name, &created, &r.Status, &r.Plan, &out, &sum); err != nil {
+	var out, kept sql.NullString
+	var sum, keptSum sql.NullInt64
+	dest := []any{&r.ID, &r.Name, &created, &r.Status, &r.Plan, &out, &sum}
+	if report {
+		dest = append(dest, &kept, &keptSum)
+	}
+	if err := row.Scan(dest...); err != nil {
 		return r, err
 	}
 	r.Out = out.String
 	if !checked(sum, experimentSum(r, created)) {
 		return r, fmt.Errorf("experiment %q: %w", r.ID, flow.ErrCorrupt)
+	}
+	if kept.Valid {
+		r.Report = []byte(kept.String)
+		if !keptSum.Valid || keptSum.Int64 != reportSum(r.ID, r.Report) {
+			return r, fmt.Errorf("experiment %q: its report: %w", r.ID, flow.ErrCorrupt)
+		}
 	}
 	var err error
 	if r.CreatedAt, err = time.Parse(segment.TimeFormat, created); err != nil {
@@ -92,16 +113,16 @@ func scanExperiment(row interface{ Scan(...any) error }) (experiment.Record, err
 	return r, nil
 }
 
-// Experiment reads an experiment.
+// Experiment reads an experiment, with its report.
 func (s *Store) Experiment(ctx context.Context, id string) (experiment.Record, error) {
-	r, err := scanExperiment(s.read.QueryRowContext(ctx, `SELECT `+experimentColumns+` FROM experiments WHERE id = ?`, id))
+	r, err := scanExperiment(s.read.QueryRowContext(ctx, `SELECT `+experimentColumns+`, report, report_sum FROM experiments WHERE id = ?`, id), true)
 	if errors.Is(err, sql.ErrNoRows) {
 		return r, fmt.Errorf("experiment %q: %w", id, flow.ErrNotFound)
 	}
 	return r, err
 }
 
-// Experiments reads every experiment, newest first.
+// Experiments reads every experiment, newest first, without its report.
 func (s *Store) Experiments(ctx context.Context) ([]experiment.Record, error) {
 	rows, err := s.read.QueryContext(ctx, `SELECT `+experimentColumns+` FROM experiments ORDER BY created_at DESC, id DESC`)
 	if err != nil {
@@ -110,7 +131,7 @@ func (s *Store) Experiments(ctx context.Context) ([]experiment.Record, error) {
 	defer rows.Close()
 	var out []experiment.Record
 	for rows.Next() {
-		r, err := scanExperiment(rows)
+		r, err := scanExperiment(rows, false)
 		if err != nil {
 			return nil, err
 		}

@@ -51,4 +51,16 @@ func TestExperimentRowsAreChecked(t *testing.T) {
 	if _, ok, err := s.Reply(ctx, "k"); ok || !errors.Is(err, flow.ErrCorrupt) {
 		t.Errorf("a changed reply: %v %v", ok, err)
 	}
+	// A changed report is not served; a listing, which leaves reports out,
+	// still lists its experiment.
+	if err := s.UpdateExperiment(ctx, experiment.Record{ID: "e", Status: "completed", Plan: []byte(`{}`), Report: []byte(`{"version":1}`)}); err != nil {
+		t.Fatal(err)
+	}
+	writeRaw(t, path, `UPDATE experiments SET report = '{"version":2}'`)
+	if _, err := s.Experiment(ctx, "e"); !errors.Is(err, flow.ErrCorrupt) {
+		t.Errorf("a changed report: %v", err)
+	}
+	if list, err := s.Experiments(ctx); err != nil || len(list) != 1 {
+		t.Errorf("listed: %v %v", list, err)
+	}
 }

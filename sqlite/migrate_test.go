@@ -49,7 +49,7 @@ func versions(t *testing.T, path string) string {
 	return strings.Join(out, ", ")
 }
 
-const allVersions = "1 instances beside the log, 2 move instances into the log, 3 keep texts once, 4 hold unjudged events, 5 checksum each row, 6 keep experiments, 7 cache model replies, 8 remember where experiments write, 9 tag instances"
+const allVersions = "1 instances beside the log, 2 move instances into the log, 3 keep texts once, 4 hold unjudged events, 5 checksum each row, 6 keep experiments, 7 cache model replies, 8 remember where experiments write, 9 tag instances, 10 keep experiment reports"
 
 // A database any release left, empty or at any layout, is brought to the
 // last version by the steps it lacks, each recorded, and then works.

@@ -79,8 +79,7 @@ func TestAnExperimentOfAnySizeRunsInBoundedMemory(t *testing.T) {
 	args := []string{"--db", filepath.Join(dir, "superego.db"), "--experiments", dir, "--workspaces", filepath.Join(dir, "ws"), "--max-outcomes", "0"}
 
 	// watch samples the server's memory, and how soon it answers, for a
-	// while. (GET /experiments/{id} computes the report of every outcome
-	// recorded: its time grows with them, which the cap bounds.)
+	// while.
 	watch := func(s *server, d time.Duration) (peak float64) {
 		for end := time.Now().Add(d); time.Now().Before(end); {
 			if peak = max(peak, rss(t, s.cmd.Process.Pid)); peak > bound {
@@ -111,8 +110,9 @@ func TestAnExperimentOfAnySizeRunsInBoundedMemory(t *testing.T) {
 		t.Errorf("running: %.0f MiB resident at most (%.0f at the start)", peak, base)
 	}
 	// progress reads the experiment's status from the list, and its
-	// progress from the first event of its stream: neither computes the
-	// report, which GET /experiments/{id} does.
+	// progress from the first event of its stream: neither makes the
+	// report, which GET /experiments/{id} of a running experiment does
+	// from every outcome recorded.
 	progress := func(s *server) (status string, done, total int) {
 		var list []struct {
 			ID     string `json:"experiment_id"`

@@ -63,9 +63,26 @@ func Run(t *testing.T, s experiment.Store, cache Cache) {
 	if got, err := s.Experiment(ctx, "exp-b"); err != nil || got.Out != "" {
 		t.Errorf("another experiment's out: %q %v", got.Out, err)
 	}
+	// A report is kept with the status it is given with, byte for byte,
+	// and an update without one drops it.
+	a.Report = []byte(`{"version": 1, "report": {"name": "first", "outcomes": 100000}}`)
+	if err := s.UpdateExperiment(ctx, a); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := s.Experiment(ctx, "exp-a"); err != nil || string(got.Report) != string(a.Report) || got.Status != experiment.StatusCompleted || got.Out != "/home/u/results/first" {
+		t.Errorf("the report kept: %+v %v", got, err)
+	}
 	list, err := s.Experiments(ctx)
-	if err != nil || len(list) != 2 || list[0].ID != "exp-b" || list[1].ID != "exp-a" || list[1].Status != experiment.StatusCompleted || string(list[1].Plan) != string(a.Plan) {
-		t.Errorf("listed: %+v %v", list, err)
+	if err != nil || len(list) != 2 || list[0].ID != "exp-b" || list[1].ID != "exp-a" || list[1].Status != experiment.StatusCompleted || string(list[1].Plan) != string(a.Plan) ||
+		list[1].Report != nil {
+		t.Errorf("listed (with no report): %+v %v", list, err)
+	}
+	a.Report = nil
+	if err := s.UpdateExperiment(ctx, a); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := s.Experiment(ctx, "exp-a"); err != nil || got.Report != nil {
+		t.Errorf("the report dropped: %q %v", got.Report, err)
 	}
 
 	one := experiment.Slot{Condition: "bare", Label: "harmful", SampleID: "1-1", Repeat: 0}
