@@ -10,9 +10,11 @@
 // instances a Store keeps each experiment's plan (its samples read and
 // inline, its constitutions resolved) and, per outcome, the instance that
 // runs it, recorded before the run starts, and the outcome once the run
-// has ended. A session resumed after a kill -9 follows the runs the engine
-// resumed (Engine.Recover) to their end and never runs a finished outcome
-// again; model replies are kept in the reply cache under the repeat's
+// has ended; and, once they have all ended, the report of the outcomes,
+// which reading the experiment serves until a session starts again. A session
+// resumed after a kill -9 follows the runs the engine resumed
+// (Engine.Recover) to their end, answers those that wait for the lab's
+// tool results, and never runs a finished outcome again; model replies are kept in the reply cache under the repeat's
 // scope, so that a second run of the same file costs no call.
 //
 // # What counts as a refusal
@@ -57,5 +59,6 @@
 // nodes are asked again, on the inputs the path gives them, and every
 // other node's recorded step is reused with no call while the path stays
 // the record's; a node asked again that decides otherwise takes the run
-// live, or, with no_live, ends it diverged.
+// live, or, with no_live, ends it diverged, unless its decision ends the
+// run, which needs nothing live.
 package experiment

@@ -629,9 +629,9 @@ func (l *Lab) request(r *run, j job, instance string, opts Options) flow.Request
 }
 
 // runOn runs req, a request of the job, on its instance, after events, what
-// the instance ran before. An agentic sample's run (SPEC §7a) goes on for
-// as long as it waits for its client, which the lab plays: each request
-// that answers it runs on the same instance, and events gathers them all.
+// the instance ran before. An agentic sample's run goes on for as long as
+// it waits for its client, which the lab plays: each request that answers
+// it runs on the same instance, and events gathers them all.
 func (l *Lab) runOn(r *run, j job, req flow.Request, events []flow.Event) (_ []flow.Event, startErr, err error) {
 	instance := req.InstanceID
 	r.mu.Lock()
