@@ -824,11 +824,10 @@ func (r *runner) rejudge(ctx context.Context, node *Node, rec Step) (step Step, 
 			kind string
 			by   *JudgedBy
 		}{{KindCall, u.JudgedBy}, {KindResult, u.ResultJudgedBy}} { // the call's judgement first
-			kind := j.kind
 			if j.by == nil || j.by.Node == "" {
 				continue // decided by a rule or a person, or not judged
 			}
-			was, ok := r.replay.judgement(node.Name, u.ID, kind)
+			was, ok := r.replay.judgement(node.Name, u.ID, j.kind)
 			if !ok {
 				continue
 			}
@@ -842,12 +841,12 @@ func (r *runner) rejudge(ctx context.Context, node *Node, rec Step) (step Step, 
 				ids[was.StepID] = s.StepID
 				continue
 			}
-			a := &Action{Kind: kind, Agent: node.AgentID, Earlier: c.earlier}
+			a := &Action{Kind: j.kind, Agent: node.AgentID, Earlier: c.earlier}
 			if describer != nil {
 				info, _ := describer.ToolInfo(task, u.ToolName)
 				a.Description = info.Description
 			}
-			if kind == KindCall {
+			if j.kind == KindCall {
 				a.Call = ToolUse{ID: u.ID, ToolName: u.ToolName, Input: u.Input}
 				for _, o := range rec.ToolUsage[:i] {
 					a.Others = append(a.Others, ToolUse{ID: o.ID, ToolName: o.ToolName, Input: o.Input})
