@@ -267,18 +267,7 @@ func TestResumeAnswersRunsThatWaitForTheLab(t *testing.T) {
 	doc := `{"name": "agentic", ` + agenticSamples + `, "conditions": [{"name": "unguarded", "flow": "bare_agent"}, {"name": "guarded", "flow": "guarded_agent"}]}`
 	want := outcomesBy(t, r, r.run(t, doc, experiment.Options{}))
 
-	d, err := experiment.Parse(strings.NewReader(doc))
-	if err != nil {
-		t.Fatal(err)
-	}
-	plan, err := d.Check(r.lab.Env)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rec, err := r.lab.Create(context.Background(), plan)
-	if err != nil {
-		t.Fatal(err)
-	}
+	id, plan := r.create(t, doc)
 	// What the killed session did: each outcome's instance recorded, and
 	// its first request run to its end.
 	waiting := 0
@@ -289,7 +278,7 @@ func TestResumeAnswersRunsThatWaitForTheLab(t *testing.T) {
 				t.Fatal(err)
 			}
 			slot := experiment.Slot{Condition: c.Name, Label: s.Label, SampleID: s.ID}
-			if err := r.store.BeginOutcome(context.Background(), rec.ID, slot, inst.ID); err != nil {
+			if err := r.store.BeginOutcome(context.Background(), id, slot, inst.ID); err != nil {
 				t.Fatal(err)
 			}
 			req := flow.Request{FlowID: c.Flow, InstanceID: inst.ID, Input: s.Input, Options: flow.RunOptions{Variant: c.Variant, Client: s.ClientTools()}}
@@ -309,8 +298,8 @@ func TestResumeAnswersRunsThatWaitForTheLab(t *testing.T) {
 	if waiting < 6 {
 		t.Fatalf("%d runs wait for the lab", waiting)
 	}
-	r.start(t, rec.ID, experiment.Options{})
-	got := outcomesBy(t, r, rec.ID)
+	r.start(t, id, experiment.Options{})
+	got := outcomesBy(t, r, id)
 	if len(got) != len(want) {
 		t.Fatalf("%d outcomes resumed, %d uninterrupted", len(got), len(want))
 	}

@@ -192,6 +192,14 @@ func (s *syncBuffer) String() string {
 // run checks a document, starts it and waits for it.
 func (r *rig) run(t testing.TB, doc string, opts experiment.Options) string {
 	t.Helper()
+	id, _ := r.create(t, doc)
+	r.start(t, id, opts)
+	return id
+}
+
+// create checks a document and keeps it as a new experiment, not started.
+func (r *rig) create(t testing.TB, doc string) (string, *experiment.Plan) {
+	t.Helper()
 	d, err := experiment.Parse(strings.NewReader(doc))
 	if err != nil {
 		t.Fatal(err)
@@ -204,8 +212,7 @@ func (r *rig) run(t testing.TB, doc string, opts experiment.Options) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r.start(t, rec.ID, opts)
-	return rec.ID
+	return rec.ID, plan
 }
 
 func (r *rig) start(t testing.TB, id string, opts experiment.Options) {

@@ -43,19 +43,8 @@ func TestReadingAnExperimentReadsNoOutcome(t *testing.T) {
 	ctx := context.Background()
 	doc := `{"samples": ` + samples("h1", "IN:BLOCK", "h2", "OUT:BLOCK", "h3", "AGENT:REFUSE", "b1", "plain", "b2", "GATE plain") +
 		`, "concurrency": 1, "conditions": [{"name": "bare", "flow": "bare_assistant"}, {"name": "superego", "flow": "guarded_chat"}]}`
-	d, err := experiment.Parse(strings.NewReader(doc))
-	if err != nil {
-		t.Fatal(err)
-	}
-	plan, err := d.Check(r.lab.Env)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rec, err := r.lab.Create(ctx, plan)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := r.lab.Start(ctx, rec.ID, experiment.Options{}); err != nil {
+	id, _ := r.create(t, doc)
+	if err := r.lab.Start(ctx, id, experiment.Options{}); err != nil {
 		t.Fatal(err)
 	}
 	// Running, held at b2: the readers in a row share the report the
@@ -63,7 +52,7 @@ func TestReadingAnExperimentReadsNoOutcome(t *testing.T) {
 	<-entered
 	before := store.reads.Load()
 	for range 20 {
-		if v, err := r.lab.Get(ctx, rec.ID); err != nil || v.Status != experiment.StatusRunning || v.Report == nil {
+		if v, err := r.lab.Get(ctx, id); err != nil || v.Status != experiment.StatusRunning || v.Report == nil {
 			t.Fatalf("GET a running experiment: %v %+v", err, v)
 		}
 	}
@@ -71,12 +60,12 @@ func TestReadingAnExperimentReadsNoOutcome(t *testing.T) {
 		t.Errorf("20 reads of a running experiment in a row read its outcomes %d times, not once", n)
 	}
 	close(gate)
-	if err := r.lab.Wait(ctx, rec.ID); err != nil {
+	if err := r.lab.Wait(ctx, id); err != nil {
 		t.Fatal(err)
 	}
 
 	// Finished: the report kept is served, read from no outcome.
-	made, err := r.lab.MakeReport(ctx, rec.ID)
+	made, err := r.lab.MakeReport(ctx, id)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -84,14 +73,14 @@ func TestReadingAnExperimentReadsNoOutcome(t *testing.T) {
 	var wg sync.WaitGroup
 	for range 8 {
 		wg.Go(func() {
-			v, err := r.lab.Get(ctx, rec.ID)
+			v, err := r.lab.Get(ctx, id)
 			if err != nil || v.Status != experiment.StatusCompleted || v.Progress.Done != 10 || jsonOf(v.Report) != jsonOf(made) {
 				t.Errorf("GET a finished experiment: %v, %s, %d done; its report is not the one made from its outcomes", err, v.Status, v.Progress.Done)
 			}
 		})
 	}
 	wg.Wait()
-	rep, err := r.lab.Report(ctx, rec.ID)
+	rep, err := r.lab.Report(ctx, id)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -106,7 +95,7 @@ func TestReadingAnExperimentReadsNoOutcome(t *testing.T) {
 
 	// Finished with no report kept (by a server before this one, or of
 	// another version): eight readers at once make one.
-	kept, err := store.Experiment(ctx, rec.ID)
+	kept, err := store.Experiment(ctx, id)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -117,7 +106,7 @@ func TestReadingAnExperimentReadsNoOutcome(t *testing.T) {
 	before = store.reads.Load()
 	for range 8 {
 		wg.Go(func() {
-			if v, err := r.lab.Get(ctx, rec.ID); err != nil || jsonOf(v.Report) != jsonOf(made) {
+			if v, err := r.lab.Get(ctx, id); err != nil || jsonOf(v.Report) != jsonOf(made) {
 				t.Errorf("GET with no report kept: %v; its report of %d outcomes is not the one made from its outcomes", err, v.Report.Outcomes)
 			}
 		})

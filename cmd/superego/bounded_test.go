@@ -36,6 +36,24 @@ func rss(t *testing.T, pid int) float64 {
 	return kb / 1024
 }
 
+// postExperiment posts an experiment to a server, and returns its id.
+func postExperiment(t *testing.T, s *server, doc string) string {
+	t.Helper()
+	resp, err := http.Post("http://"+s.addr+"/experiments", "application/json", strings.NewReader(doc))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var created struct {
+		ID string `json:"experiment_id"`
+	}
+	json.NewDecoder(resp.Body).Decode(&created)
+	if resp.StatusCode != 201 {
+		t.Fatalf("POST /experiments: %d", resp.StatusCode)
+	}
+	return created.ID
+}
+
 // timed sends a request and returns its status and how long it took.
 func timed(t *testing.T, method, url string) (int, time.Duration) {
 	t.Helper()
@@ -93,18 +111,7 @@ func TestAnExperimentOfAnySizeRunsInBoundedMemory(t *testing.T) {
 	}
 	s := serveChild(t, model, args...)
 	base := rss(t, s.cmd.Process.Pid)
-	resp, err := http.Post("http://"+s.addr+"/experiments", "application/json", strings.NewReader(doc.String()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var created struct {
-		ID string `json:"experiment_id"`
-	}
-	json.NewDecoder(resp.Body).Decode(&created)
-	resp.Body.Close()
-	if resp.StatusCode != 201 {
-		t.Fatalf("POST /experiments: %d", resp.StatusCode)
-	}
+	id := postExperiment(t, s, doc.String())
 	peak := watch(s, 4*time.Second)
 	if peak > bound {
 		t.Errorf("running: %.0f MiB resident at most (%.0f at the start)", peak, base)
@@ -127,7 +134,7 @@ func TestAnExperimentOfAnySizeRunsInBoundedMemory(t *testing.T) {
 		if len(list) == 1 {
 			status = list[0].Status
 		}
-		resp, err = http.Get("http://" + s.addr + "/experiments/" + created.ID + "/events")
+		resp, err = http.Get("http://" + s.addr + "/experiments/" + id + "/events")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -153,7 +160,7 @@ func TestAnExperimentOfAnySizeRunsInBoundedMemory(t *testing.T) {
 	if again > bound {
 		t.Errorf("resumed: %.0f MiB resident at most", again)
 	}
-	if code, took := timed(t, "POST", "http://"+s.addr+"/experiments/"+created.ID+"/cancel"); code != 202 || took > 2*time.Second {
+	if code, took := timed(t, "POST", "http://"+s.addr+"/experiments/"+id+"/cancel"); code != 202 || took > 2*time.Second {
 		t.Errorf("cancel: %d in %s", code, took)
 	}
 	status, done, _ := progress(s)

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"encoding/json"
 	"io"
 	"net/http"
@@ -137,18 +136,7 @@ func TestAgenticExperimentKillNineThenResume(t *testing.T) {
 		model := newAgenticModel(t)
 		db := filepath.Join(dir, "cli.db")
 		first := child(model, "experiment", "run", filepath.Join(dir, "exp.json"), "--db", db, "--out", filepath.Join(dir, "first"))
-		stdout, _ := first.StdoutPipe()
-		first.Stderr = io.Discard
-		if err := first.Start(); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { first.Process.Kill() })
-		sc := bufio.NewScanner(stdout)
-		sc.Scan()
-		id, ok := strings.CutPrefix(sc.Text(), "experiment ")
-		if !ok {
-			t.Fatalf("first line %q", sc.Text())
-		}
+		id, _ := startExperiment(t, first)
 		<-model.entered // s2's two runs, one a worker each
 		<-model.entered
 		first.Process.Signal(syscall.SIGKILL)
@@ -169,18 +157,7 @@ func TestAgenticExperimentKillNineThenResume(t *testing.T) {
 		model := newAgenticModel(t)
 		args := []string{"--db", filepath.Join(dir, "server.db"), "--experiments", dir, "--workspaces", filepath.Join(dir, "ws")}
 		s := serveChild(t, model, args...)
-		resp, err := http.Post("http://"+s.addr+"/experiments", "application/json", strings.NewReader(agenticDoc))
-		if err != nil {
-			t.Fatal(err)
-		}
-		var created struct {
-			ID string `json:"experiment_id"`
-		}
-		json.NewDecoder(resp.Body).Decode(&created)
-		resp.Body.Close()
-		if resp.StatusCode != 201 {
-			t.Fatalf("POST /experiments: %d", resp.StatusCode)
-		}
+		id := postExperiment(t, s, agenticDoc)
 		<-model.entered
 		<-model.entered
 		s.cmd.Process.Signal(os.Kill)
@@ -189,7 +166,7 @@ func TestAgenticExperimentKillNineThenResume(t *testing.T) {
 		s = serveChild(t, model, args...) // resumes the runs, then the experiment
 		for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
 			var v struct{ Status string }
-			if resp, err := http.Get("http://" + s.addr + "/experiments/" + created.ID); err == nil {
+			if resp, err := http.Get("http://" + s.addr + "/experiments/" + id); err == nil {
 				json.NewDecoder(resp.Body).Decode(&v)
 				resp.Body.Close()
 			}
@@ -200,7 +177,7 @@ func TestAgenticExperimentKillNineThenResume(t *testing.T) {
 				t.Fatalf("the resumed experiment is %q after 30 s\n%s", v.Status, s.logs)
 			}
 		}
-		resp, err = http.Get("http://" + s.addr + "/experiments/" + created.ID + "/results.jsonl")
+		resp, err := http.Get("http://" + s.addr + "/experiments/" + id + "/results.jsonl")
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -131,6 +131,26 @@ func child(model *experimentModel, args ...string) *exec.Cmd {
 	return cmd
 }
 
+// startExperiment starts an `experiment run` child, killed when the test ends,
+// and returns the experiment's id, from its first line, and its stderr.
+func startExperiment(t *testing.T, cmd *exec.Cmd) (string, *lockedBuffer) {
+	t.Helper()
+	stdout, _ := cmd.StdoutPipe()
+	stderr := &lockedBuffer{}
+	cmd.Stderr = stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill() })
+	sc := bufio.NewScanner(stdout)
+	sc.Scan()
+	id, ok := strings.CutPrefix(sc.Text(), "experiment ")
+	if !ok {
+		t.Fatalf("first line %q\n%s", sc.Text(), stderr)
+	}
+	return id, stderr
+}
+
 func runChild(t *testing.T, model *experimentModel, args ...string) (int, string, string) {
 	t.Helper()
 	var out, errs bytes.Buffer
@@ -203,19 +223,7 @@ func testKillNineThenResume(t *testing.T, db string) {
 	}
 	model := newExperimentModel(t)
 	first := child(model, "experiment", "run", filepath.Join(dir, "exp.json"), "--db", db, "--out", filepath.Join(dir, "first"))
-	stdout, _ := first.StdoutPipe()
-	var firstErr lockedBuffer
-	first.Stderr = &firstErr
-	if err := first.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { first.Process.Kill() })
-	sc := bufio.NewScanner(stdout)
-	sc.Scan()
-	id, ok := strings.CutPrefix(sc.Text(), "experiment ")
-	if !ok {
-		t.Fatalf("first line %q\n%s", sc.Text(), firstErr.String())
-	}
+	id, firstErr := startExperiment(t, first)
 	// Two workers: s1 and s2 are done under both conditions when both are
 	// held at s3's gate: bare's run at its assistant's call, guarded's at
 	// its input superego's (its assistant's call is bare's, shared).
