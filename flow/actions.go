@@ -798,6 +798,18 @@ type ToolDescriber interface {
 	ToolInfo(t *Task, name string) (ToolInfo, bool)
 }
 
+// judgementOf is what decided a call, or its result: a judge's step, a
+// rule or a person, or nothing (nil).
+type judgementOf struct {
+	kind string
+	by   *JudgedBy
+}
+
+// judgementsOf are what decided a call and its result, the call's first.
+func judgementsOf(u ToolUse) [2]judgementOf {
+	return [2]judgementOf{{KindCall, u.JudgedBy}, {KindResult, u.ResultJudgedBy}}
+}
+
 // rejudge makes again the judgements of actions the record made with rec,
 // node's recorded step: the record's judgement of each of its calls, and
 // of each result, taken where the call first comes. A judge the replay
@@ -820,10 +832,7 @@ func (r *runner) rejudge(ctx context.Context, node *Node, rec Step) (step Step, 
 	describer, _ := r.x.Agent.(ToolDescriber)
 	ids := r.replay.ids
 	for i, u := range rec.ToolUsage {
-		for _, j := range []struct {
-			kind string
-			by   *JudgedBy
-		}{{KindCall, u.JudgedBy}, {KindResult, u.ResultJudgedBy}} { // the call's judgement first
+		for _, j := range judgementsOf(u) {
 			if j.by == nil || j.by.Node == "" {
 				continue // decided by a rule or a person, or not judged
 			}

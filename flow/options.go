@@ -282,12 +282,29 @@ func (p *replayer) walked(s Step) {
 	if s.Reused {
 		p.next++
 		p.counts.Reused++
+		p.took(s)
 		return
 	}
 	if !p.diverged && (p.next >= len(p.steps) || p.steps[p.next].Node != s.Node) {
 		p.diverged = true
 	}
 	p.asked(s)
+}
+
+// took takes the record's judgements of the calls of s, a step the replay
+// reused before it was interrupted, as rejudge took them: s's calls name
+// the replay's judgements.
+func (p *replayer) took(s Step) {
+	for _, u := range s.ToolUsage {
+		for _, j := range judgementsOf(u) {
+			if j.by == nil || j.by.Node == "" {
+				continue
+			}
+			if was, ok := p.judgement(s.Node, u.ID, j.kind); ok {
+				p.ids[was.StepID] = j.by.StepID
+			}
+		}
+	}
 }
 
 // asked takes the step of a node asked again: the path stays on the record
