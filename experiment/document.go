@@ -170,9 +170,10 @@ type Plan struct {
 	RefusalJudge *RefusalJudge    `json:"refusal_judge,omitempty"`
 	Prices       map[string]Price `json:"prices,omitempty"`
 	// What the experiment ran with, as it was when planned: the server's
-	// version, each dataset file's sha-256, and the text of every
-	// constitution the plan names. A plan kept before these were recorded
-	// has none of them, and its report says so.
+	// version, each dataset file's sha-256, and the texts of the
+	// constitutions its samples bring (each condition keeps its own). A
+	// plan kept before these were recorded has none of them, and its
+	// report says so.
 	Version       string         `json:"version,omitempty"`
 	DatasetFiles  []DatasetFile  `json:"dataset_files,omitempty"`
 	Constitutions []Constitution `json:"constitutions,omitempty"`
@@ -196,7 +197,7 @@ type Constitution struct {
 
 // Planned is a condition with what it changes as the engine takes it, and
 // what it ran: the sha-256 of its flow's definition, and the constitution
-// of each of its superegos (its text is the plan's).
+// of each of its superegos, by name and sha-256, their texts in Texts.
 type Planned struct {
 	Condition
 	Variant    *flow.Variant           `json:"variant,omitempty"`

@@ -114,7 +114,7 @@ type ConditionReport struct {
 	// with more (Paired.Test names it); absent on the first.
 	McNemarP map[string]float64 `json:"mcnemar_p,omitempty"`
 	// PAdjusted are those p-values adjusted over the report's family
-	// (Report.Adjust).
+	// (Report.AdjustP).
 	PAdjusted map[string]float64 `json:"p_adjusted,omitempty"`
 	// Stack is the condition's stack of user constitutions (SPEC §10),
 	// each sample's own aside; Bases count the last decisions of its
@@ -219,8 +219,9 @@ func buildReport(rec Record, plan *Plan, outcomes []Outcome, judge JudgeInfo) *R
 		r.Calls.add(o.ModelCalls)
 	}
 	by := byCondition(outcomes)
+	index := samplesOf(plan)
 	for i, c := range plan.Conditions {
-		cr := conditionReport(plan, c, by[c.Name], len(r.Categories) > 0)
+		cr := conditionReport(plan, index, c, by[c.Name], len(r.Categories) > 0)
 		if i > 0 {
 			cr.ComparedWith = plan.Conditions[0].Name
 			if c.Replay != nil {
@@ -323,11 +324,10 @@ func judgeAgreement(outcomes []Outcome) *Agreement {
 	return &ag
 }
 
-func conditionReport(plan *Plan, c Planned, outcomes []Outcome, byCategory bool) ConditionReport {
+func conditionReport(plan *Plan, index map[sampleKey]Sample, c Planned, outcomes []Outcome, byCategory bool) ConditionReport {
 	cr := ConditionReport{Name: c.Name, Flow: c.Flow, FlowSHA256: c.FlowSHA256, Constitutions: c.Constitutions, Models: c.Models, Model: c.Model, Replay: c.Replay, Stack: entriesOf(c.Stack),
 		N: len(outcomes), Statuses: map[string]int{}, Decisions: map[string]map[string]int{}, RefusedBy: map[string]int{},
 		Tokens: map[string]Tokens{}, NodeLatencyMS: map[string]Percentiles{}}
-	index := samplesOf(plan)
 	all := tally{}
 	categories := map[string]tally{}
 	var wall []int64
