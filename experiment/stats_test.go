@@ -374,3 +374,15 @@ func FuzzNewcombePaired(f *testing.F) {
 		}
 	})
 }
+
+// The cluster bootstrap of a comparison of 1,000 samples with 3 repeats:
+// a report computes one a measure a comparison, each time it is asked for.
+func BenchmarkClusterBootstrap(b *testing.B) {
+	samples := make([]SampleDiff, 1000)
+	for i := range samples {
+		samples[i] = SampleDiff{A: i % 4 % 3, B: i % 3, K: 3}
+	}
+	for b.Loop() {
+		ClusterBootstrap(samples, 1)
+	}
+}

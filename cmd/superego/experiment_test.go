@@ -392,6 +392,12 @@ func TestSampleExperimentOffline(t *testing.T) {
 	if code != 0 || latex != string(tex) {
 		t.Errorf("report --format latex: %d, not report.tex:\n%s", code, latex)
 	}
+	if code, j, _ := runCmd(t, getenv, "experiment", "report", id, "--format", "json", "--adjust", "bh"); code != 0 || !strings.Contains(j, `"adjust": "bh",`) || !strings.Contains(j, `"family_size": 2`) {
+		t.Errorf("report --adjust bh: %d\n%s", code, j)
+	}
+	if code, _, errs := runCmd(t, getenv, "experiment", "report", id, "--adjust", "bonferroni"); code != exitUsage || !strings.Contains(errs, `adjust: "bonferroni" is not holm, bh or none`) {
+		t.Errorf("report --adjust bonferroni: %d %s", code, errs)
+	}
 	code, svgOut, _ := runCmd(t, getenv, "experiment", "report", id, "--format", "svg")
 	if code != 0 || svgOut != string(svg) {
 		t.Errorf("report --format svg: %d, not report.svg", code)
