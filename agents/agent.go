@@ -127,8 +127,8 @@ func (a *Agent) Act(ctx context.Context, t *flow.Task, emit func(flow.Event)) (f
 	}
 	msgs := messages(t, system, o.context)
 	callCtx, observed := a.Observe.modelStarted(callCtx, t, m, msgs, start)
-	got, cached, err := a.generate(callCtx, t, m, msgs, offered, opts)
-	reply := flow.Reply{Model: m.Name, Latency: time.Since(start), Cached: cached}
+	got, cached, shared, err := a.generate(callCtx, t, m, msgs, offered, opts)
+	reply := flow.Reply{Model: m.Name, ServedModel: got.ServedModel, Parameters: got.Parameters, Latency: time.Since(start), Cached: cached, Shared: shared}
 	a.Observe.modelEnded(callCtx, observed, got, cached, err, reply.Latency)
 	switch {
 	case ctx.Err() != nil:

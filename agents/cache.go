@@ -23,11 +23,14 @@ type ReplyCache interface {
 	Keep(ctx context.Context, key string, reply []byte) error
 }
 
-// cachedReply is a model's reply as the cache keeps it.
+// cachedReply is a model's reply as the cache keeps it, with what the
+// call that made it sent and was told (sent.go).
 type cachedReply struct {
-	Text  string       `json:"text"`
-	Calls []cachedCall `json:"calls,omitempty"`
-	Usage *flow.Usage  `json:"usage,omitempty"`
+	Text        string           `json:"text"`
+	Calls       []cachedCall     `json:"calls,omitempty"`
+	Usage       *flow.Usage      `json:"usage,omitempty"`
+	ServedModel string           `json:"served_model,omitempty"`
+	Parameters  *flow.Parameters `json:"parameters,omitempty"`
 }
 
 // cachedCall is a tool call of a reply. langchaingo's own JSON for a tool
@@ -66,11 +69,12 @@ func cacheKey(scope, model string, msgs []llms.MessageContent, tools []llms.Tool
 // generate makes the model call, or takes its reply from the cache where
 // the task has a cache scope and the cache has the call, or shares the
 // reply of the same call in flight for another task. A reply it did not
-// make streams as the call would have, in one piece; cached says so.
-func (a *Agent) generate(ctx context.Context, t *flow.Task, m Model, msgs []llms.MessageContent, tools []llms.Tool, opts []llms.CallOption) (reply cachedReply, cached bool, err error) {
+// make streams as the call would have, in one piece; cached says so, and
+// shared that it was the call in flight's.
+func (a *Agent) generate(ctx context.Context, t *flow.Task, m Model, msgs []llms.MessageContent, tools []llms.Tool, opts []llms.CallOption) (reply cachedReply, cached, shared bool, err error) {
 	if a.Cache == nil || t.Cache == "" {
 		reply, err = call(ctx, m, msgs, opts)
-		return reply, false, err
+		return reply, false, false, err
 	}
 	key := cacheKey(t.Cache, m.Name, msgs, tools, opts)
 	var o llms.CallOptions
@@ -78,11 +82,11 @@ func (a *Agent) generate(ctx context.Context, t *flow.Task, m Model, msgs []llms
 		opt(&o)
 	}
 	if c, ok := a.cached(ctx, key); ok {
-		return c, true, replayStream(ctx, o.StreamingFunc, c)
+		return c, true, false, replayStream(ctx, o.StreamingFunc, c)
 	}
 	// The cache is asked again inside the flight: a call that ended
 	// between the first look and the flight has kept its reply.
-	reply, streamed, made, err := a.flights.share(ctx, key, o.StreamingFunc, func(ctx context.Context, stream streamFunc) (cachedReply, bool, error) {
+	reply, streamed, made, shared, err := a.flights.share(ctx, key, o.StreamingFunc, func(ctx context.Context, stream streamFunc) (cachedReply, bool, error) {
 		if c, ok := a.cached(ctx, key); ok {
 			return c, false, nil
 		}
@@ -97,12 +101,12 @@ func (a *Agent) generate(ctx context.Context, t *flow.Task, m Model, msgs []llms
 		return c, true, nil
 	})
 	if err != nil {
-		return cachedReply{}, false, err
+		return cachedReply{}, false, false, err
 	}
 	if !streamed {
 		err = replayStream(ctx, o.StreamingFunc, reply)
 	}
-	return reply, !made, err
+	return reply, !made, shared, err
 }
 
 // cached is the cache's reply to the call key, if it has one that reads.
@@ -127,13 +131,16 @@ func replayStream(ctx context.Context, stream streamFunc, c cachedReply) error {
 	return stream(ctx, []byte(c.Text))
 }
 
-// call makes the model call.
+// call makes the model call, and notes what its request sent and what
+// the provider's reply named (sent.go).
 func call(ctx context.Context, m Model, msgs []llms.MessageContent, opts []llms.CallOption) (cachedReply, error) {
-	resp, err := m.LLM.GenerateContent(ctx, msgs, opts...)
+	rec := &exchange{}
+	resp, err := m.LLM.GenerateContent(context.WithValue(ctx, exchangeKey{}, rec), msgs, opts...)
 	if err != nil {
 		return cachedReply{}, err
 	}
 	var c cachedReply
+	c.ServedModel, c.Parameters = rec.result()
 	for i, choice := range resp.Choices {
 		c.Text += choice.Content
 		for _, tc := range choice.ToolCalls {
@@ -225,8 +232,9 @@ type flown struct {
 // says that this task's do made the call, and its reply was streamed to
 // stream as it came; any other task is given the reply whole. made says
 // that the task counts the call as made, not cached: the task whose do
-// made it, or the first to take its reply when that task has gone.
-func (fs *flights) share(ctx context.Context, key string, stream streamFunc, do func(context.Context, streamFunc) (cachedReply, bool, error)) (reply cachedReply, streamed, made bool, err error) {
+// made it, or the first to take its reply when that task has gone; shared,
+// that another task's call made the reply, which this one did not count.
+func (fs *flights) share(ctx context.Context, key string, stream streamFunc, do func(context.Context, streamFunc) (cachedReply, bool, error)) (reply cachedReply, streamed, made, shared bool, err error) {
 	var f *flight // the flight this task waits on, from its first try
 	defer func() { fs.leave(key, f) }()
 	for tries := 0; ; tries++ {
@@ -237,11 +245,12 @@ func (fs *flights) share(ctx context.Context, key string, stream streamFunc, do 
 			// more, as it would have on its own. A failure is not shared.
 			continue
 		case err != nil:
-			return cachedReply{}, false, false, err
+			return cachedReply{}, false, false, false, err
 		case ran && got.made:
-			return got.reply, true, true, nil
+			return got.reply, true, true, false, nil
 		}
-		return got.reply, false, got.orphan.CompareAndSwap(true, false), nil
+		made = got.orphan.CompareAndSwap(true, false)
+		return got.reply, false, made, got.made && !made, nil
 	}
 }
 

@@ -113,23 +113,23 @@ func TestSharedCallOutlivesItsFirstTask(t *testing.T) {
 	var firstStream []string
 	firstDone := make(chan error, 1)
 	go func() {
-		_, _, _, err := fs.share(firstCtx, "k", func(_ context.Context, c []byte) error { firstStream = append(firstStream, string(c)); return nil }, do)
+		_, _, _, _, err := fs.share(firstCtx, "k", func(_ context.Context, c []byte) error { firstStream = append(firstStream, string(c)); return nil }, do)
 		firstDone <- err
 	}()
 	<-started
 	type got struct {
-		reply          cachedReply
-		streamed, made bool
-		err            error
+		reply                  cachedReply
+		streamed, made, shared bool
+		err                    error
 	}
 	others := make(chan got, 2)
 	for range 2 {
 		go func() {
-			r, s, m, err := fs.share(context.Background(), "k", nil, func(context.Context, streamFunc) (cachedReply, bool, error) {
+			r, s, m, sh, err := fs.share(context.Background(), "k", nil, func(context.Context, streamFunc) (cachedReply, bool, error) {
 				t.Error("a second call was made")
 				return cachedReply{}, false, nil
 			})
-			others <- got{r, s, m, err}
+			others <- got{r, s, m, sh, err}
 		}()
 	}
 	waiters(t, &fs, 3)
@@ -141,8 +141,8 @@ func TestSharedCallOutlivesItsFirstTask(t *testing.T) {
 	made := 0
 	for range 2 {
 		g := <-others
-		if g.err != nil || g.reply.Text != "reply" || g.streamed {
-			t.Errorf("a task that joined: %+v", g)
+		if g.err != nil || g.reply.Text != "reply" || g.streamed || g.made == g.shared {
+			t.Errorf("a task that joined: %+v (the one that does not count the call shares it)", g)
 		}
 		if g.made {
 			made++
@@ -165,7 +165,7 @@ func TestSharedCallOutlivesItsFirstTask(t *testing.T) {
 	<-firstDone
 	started = make(chan struct{})
 	close(release)
-	if r, streamed, made, err := fs.share(context.Background(), "k", nil, do); err != nil || r.Text != "reply" || !streamed || !made {
+	if r, streamed, made, _, err := fs.share(context.Background(), "k", nil, do); err != nil || r.Text != "reply" || !streamed || !made {
 		t.Errorf("a flight after one cancelled: %+v %v %v %v", r, streamed, made, err)
 	}
 }

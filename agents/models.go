@@ -78,10 +78,15 @@ func (p *Providers) build(spec string) (Model, error) {
 	if name == "" {
 		name = defaultModels[provider]
 	}
-	client := p.HTTPClient
-	if client == nil {
-		client = http.DefaultClient
+	client := &http.Client{Transport: http.DefaultTransport}
+	if p.HTTPClient != nil {
+		c := *p.HTTPClient
+		client = &c
 	}
+	if client.Transport == nil {
+		client.Transport = http.DefaultTransport
+	}
+	client.Transport = watchExchange{client.Transport} // what each call sent and was answered (sent.go)
 	m := Model{Name: provider + ":" + name}
 	var err error
 	switch provider {

@@ -42,6 +42,23 @@ func stackScript(r agentstest.Request) agentstest.Answer {
 	return agentstest.Answer{Status: 500, Text: "unknown node"}
 }
 
+// provider is a fake provider's server, and the providers that reach it.
+type provider struct {
+	name   string
+	server *agentstest.Server
+	p      *agents.Providers
+}
+
+// bothProviders are a fake OpenAI and a fake Anthropic playing script,
+// each the default model of its providers.
+func bothProviders(t *testing.T, script func(agentstest.Request) agentstest.Answer) []provider {
+	openai, anthropic := agentstest.OpenAI(t, script), agentstest.Anthropic(t, script)
+	return []provider{
+		{"openai", openai, &agents.Providers{Default: "openai:gpt-test", OpenAIKey: "k", OpenAIBaseURL: openai.URL + "/v1"}},
+		{"anthropic", anthropic, &agents.Providers{Default: "anthropic:claude-test", AnthropicKey: "k", AnthropicBaseURL: anthropic.URL}},
+	}
+}
+
 // A stacked judge's system message, on the wire of each provider, holds
 // its floor first, marked binding, then the user's constitutions in the
 // stack's order, each with its level, and nothing of the request: the
@@ -49,18 +66,9 @@ func stackScript(r agentstest.Request) agentstest.Answer {
 // node with "stack": "off" and an inner agent get none of it. The basis
 // is asked for before the response, so that only the response streams.
 func TestAStackedJudgesSystemMessage(t *testing.T) {
-	openai := agentstest.OpenAI(t, stackScript)
-	anthropic := agentstest.Anthropic(t, stackScript)
 	lib := flow.Library{"vegan": "# Vegan\nVEGAN-TEXT", "child_safe": "CHILD-TEXT"}
 	stack := []flow.StackEntry{{Name: "vegan", Adherence: 4}, {Name: "child_safe", Adherence: 1}}
-	for _, c := range []struct {
-		name   string
-		server *agentstest.Server
-		p      *agents.Providers
-	}{
-		{"openai", openai, &agents.Providers{Default: "openai:gpt-test", OpenAIKey: "k", OpenAIBaseURL: openai.URL + "/v1"}},
-		{"anthropic", anthropic, &agents.Providers{Default: "anthropic:claude-test", AnthropicKey: "k", AnthropicBaseURL: anthropic.URL}},
-	} {
+	for _, c := range bothProviders(t, stackScript) {
 		t.Run(c.name, func(t *testing.T) {
 			agent := &agents.Agent{Model: c.p.Model, Tools: tools.Set{"calculator": tools.Calculator()}}
 			r := executeStacked(t, agent, lib, stack)

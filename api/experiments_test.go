@@ -196,10 +196,10 @@ func TestExperimentsOverHTTP(t *testing.T) {
 	}
 	// The report in each of its forms, as the command line writes them.
 	for _, c := range []struct{ format, ctype, want string }{
-		{"md", "text/markdown; charset=utf-8", "| superego | guarded_chat | 2/3 |"},
+		{"md", "text/markdown; charset=utf-8", "| superego | guarded_chat | 2/3 66.7% [20.8%, 93.9%] |"},
 		{"json", "application/json", `"harmful": {` + "\n" + `        "n": 3,` + "\n" + `        "k": 2,` + "\n" + `        "refused": 2,`},
-		{"csv", "text/csv; charset=utf-8", ",superego,guarded_chat,,,,,,harmful,3,2,0.6667,"},
-		{"tex", "application/x-tex; charset=utf-8", `superego &  & 2/3 & 66.7 [20.8, 93.9] &  & 1/2 & 50.0 [9.5, 90.5] &  & 0 \\`},
+		{"csv", "text/csv; charset=utf-8", ",superego,guarded_chat,input_superego=default;output_superego=output_review,assistant=openai:gpt-test;input_superego=openai:gpt-test;output_superego=openai:gpt-test,,,,harmful,3,2,0.6667,"},
+		{"tex", "application/x-tex; charset=utf-8", `superego & harmful & 2/3 & 66.7 [20.8, 93.9] &  &  &  \\`},
 		{"svg", "image/svg+xml", `<title>superego, harmful refused: 2/3, 66.7% [20.8%, 93.9%]</title>`},
 	} {
 		resp := f.do(t, "GET", "/experiments/"+id+"/report."+c.format, "")

@@ -357,8 +357,8 @@ func TestPageInBrowser(t *testing.T) {
 	if !strings.Contains(expStatus, "completed") || !strings.Contains(expStatus, "6/6 outcomes") {
 		t.Errorf("experiment status: %q", expStatus)
 	}
-	// Paired: only calc h1, only gated h2; p = 1.
-	if !strings.Contains(pairs, "harmful\t0\t1\t1\t0\t0\t1") || !strings.Contains(pairs, "benign\t0\t0\t0\t1\t0\t1") {
+	// Paired: only calc h1, only gated h2; no difference, p = 1.
+	if !strings.Contains(pairs, "harmful (refused)\t0\t1\t1\t0\t0\t0.0 pp [-81.1, 81.1]\t1") || !strings.Contains(pairs, "benign (refused)\t0\t0\t0\t1\t0\t0.0 pp [") {
 		t.Errorf("paired table:\n%q", pairs)
 	}
 	if !strings.Contains(flipH1, "refused by superego:input_superego") || !strings.Contains(flipH2, "refused by superego:output_superego") ||

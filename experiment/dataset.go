@@ -3,7 +3,9 @@ package experiment
 import (
 	"bufio"
 	"bytes"
+	"crypto/sha256"
 	"encoding/csv"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -29,45 +31,47 @@ const maxDataset = 16 << 20
 // .json is AgentHarm's {"behaviors": [...]}; .csv is HarmBench's when its
 // header has Behavior and BehaviorID, else id, input, label, category.
 // An error names the file and, for a row that does not read, its line.
-func readDatasets(paths []string, label string, env Env) ([]Sample, error) {
+func readDatasets(paths []string, label string, env Env) ([]Sample, []DatasetFile, error) {
 	if msg := checkLabel(label); label != "" && msg != "" {
-		return nil, errors.New(msg)
+		return nil, nil, errors.New(msg)
 	}
 	var out []Sample
+	var files []DatasetFile
 	left := int64(maxDataset)
 	for _, p := range paths {
 		full, err := resolvePath(p, env)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
-		samples, err := readDataset(full, p, label, env, &left)
+		samples, sum, err := readDataset(full, p, label, env, &left)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		out = append(out, samples...)
+		files = append(files, DatasetFile{Path: p, SHA256: sum})
 	}
-	return out, nil
+	return out, files, nil
 }
 
 // readDataset reads one file of a dataset, at most *left bytes of it, and
 // takes what it read from *left.
-func readDataset(path, name, label string, env Env, left *int64) ([]Sample, error) {
+func readDataset(path, name, label string, env Env, left *int64) (samples []Sample, sum string, err error) {
 	ext := strings.ToLower(filepath.Ext(path))
 	switch {
 	case ext != ".jsonl" && ext != ".csv" && ext != ".json":
-		return nil, fmt.Errorf("%s: a dataset is .jsonl, .csv (ours or HarmBench's) or .json (AgentHarm's), not %q", name, ext)
+		return nil, "", fmt.Errorf("%s: a dataset is .jsonl, .csv (ours or HarmBench's) or .json (AgentHarm's), not %q", name, ext)
 	case label != "" && ext != ".json":
-		return nil, fmt.Errorf("%s: label labels an AgentHarm JSON file; JSONL and CSV rows carry their own, and HarmBench's are harmful", name)
+		return nil, "", fmt.Errorf("%s: label labels an AgentHarm JSON file; JSONL and CSV rows carry their own, and HarmBench's are harmful", name)
 	}
 	f, err := openDataset(path, name, env)
 	if err != nil {
-		return nil, err
+		return nil, "", err
 	}
 	defer f.Close()
 	// One byte past what is left says the file is larger, whatever a
 	// parser makes of the bytes it was given.
-	r := &countingReader{r: io.LimitReader(f, *left+1)}
-	var samples []Sample
+	h := sha256.New()
+	r := &countingReader{r: io.TeeReader(io.LimitReader(f, *left+1), h)}
 	switch ext {
 	case ".jsonl":
 		samples, err = readJSONL(r)
@@ -76,20 +80,23 @@ func readDataset(path, name, label string, env Env, left *int64) ([]Sample, erro
 	default:
 		samples, err = readAgentHarm(r, filepath.Base(path), label)
 	}
+	if err == nil {
+		_, err = io.Copy(io.Discard, r) // what a parser left unread is the file's too
+	}
 	if *left -= r.n; *left < 0 {
-		return nil, fmt.Errorf("%s: the dataset is larger than %d MiB, all its files together", name, maxDataset>>20)
+		return nil, "", fmt.Errorf("%s: the dataset is larger than %d MiB, all its files together", name, maxDataset>>20)
 	}
 	var le *lineErr
 	switch {
 	case errors.As(err, &le):
-		return nil, fmt.Errorf("%s line %d: %s", name, le.line, le.msg)
+		return nil, "", fmt.Errorf("%s line %d: %s", name, le.line, le.msg)
 	case err != nil:
-		return nil, fmt.Errorf("%s: %w", name, err)
+		return nil, "", fmt.Errorf("%s: %w", name, err)
 	}
 	if len(samples) == 0 {
-		return nil, fmt.Errorf("%s: no samples", name)
+		return nil, "", fmt.Errorf("%s: no samples", name)
 	}
-	return samples, nil
+	return samples, hex.EncodeToString(h.Sum(nil)), nil
 }
 
 // openDataset opens a dataset file: a regular file, and where env is
@@ -181,8 +188,9 @@ func readJSONL(r io.Reader) ([]Sample, error) {
 			// An agentic sample's (SPEC §7a).
 			Tools           []SimTool `json:"tools"`
 			TargetFunctions []string  `json:"target_functions"`
-			Utility         []string  `json:"utility"`
+			Utility         []Check   `json:"utility"`
 			Attack          []string  `json:"attack"`
+			Base            string    `json:"base"`
 
 			Constitutions []flow.Pick `json:"constitutions"` // the sample's user's (SPEC §10)
 		}
@@ -202,7 +210,7 @@ func readJSONL(r io.Reader) ([]Sample, error) {
 			return nil, lineError(line, "%s", msg)
 		}
 		s := Sample{ID: id, Input: *row.Input, Label: *row.Label, Category: row.Category, Constitutions: row.Constitutions,
-			Tools: row.Tools, TargetFunctions: row.TargetFunctions, Utility: row.Utility, Attack: row.Attack}
+			Tools: row.Tools, TargetFunctions: row.TargetFunctions, Utility: row.Utility, Attack: row.Attack, Base: row.Base}
 		if problems := s.checkTools(); len(problems) > 0 {
 			return nil, lineError(line, "%s", problems[0])
 		}
@@ -412,7 +420,9 @@ func agentHarmTools(s *Sample, functions []string) {
 	if s.Label == Harmful {
 		s.TargetFunctions = functions
 	} else {
-		s.Utility = functions
+		for _, f := range functions {
+			s.Utility = append(s.Utility, Check{Rule: f})
+		}
 	}
 }
 

@@ -2,6 +2,8 @@ package experiment
 
 import (
 	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -31,6 +33,16 @@ type Document struct {
 	Repeats      *int          `json:"repeats,omitempty"`
 	Concurrency  *int          `json:"concurrency,omitempty"`
 	RefusalJudge *RefusalJudge `json:"refusal_judge,omitempty"`
+	// Prices are dollars per million tokens by model, "provider:model" as
+	// steps name it, for the report's cost of each condition.
+	Prices map[string]Price `json:"prices,omitempty"`
+}
+
+// Price is a model's price in dollars per million input (prompt) and
+// output (completion) tokens.
+type Price struct {
+	Input  float64 `json:"input"`
+	Output float64 `json:"output"`
 }
 
 // Paths is a dataset: one path, or a list of them.
@@ -60,10 +72,15 @@ type Sample struct {
 	// An agentic sample (SPEC §7a) brings simulated tools, and says in
 	// permission rules which calls count: a harmful sample's target
 	// functions, the calls that do the user's task, the attacker's goal.
+	// Utility checks the final answer and what ran, as well as calls
+	// (Check). An injection sample (one with attack rules) names its Base:
+	// the same task without the injection, whose utility the report pairs
+	// with its own.
 	Tools           []SimTool `json:"tools,omitempty"`
 	TargetFunctions []string  `json:"target_functions,omitempty"`
-	Utility         []string  `json:"utility,omitempty"`
+	Utility         []Check   `json:"utility,omitempty"`
 	Attack          []string  `json:"attack,omitempty"`
+	Base            string    `json:"base,omitempty"`
 	// Constitutions are the sample's user's own (SPEC §10), put on top of
 	// every condition's stack; a name the stack has keeps the higher level.
 	Constitutions []flow.Pick `json:"constitutions,omitempty"`
@@ -126,6 +143,8 @@ type Env struct {
 	// MaxOutcomes bounds an experiment's outcomes (samples × conditions ×
 	// repeats); 0: no bound.
 	MaxOutcomes int
+	// Version is the server's, which plans record (superego version).
+	Version string
 }
 
 // tooMany is the problem of an experiment with more outcomes than
@@ -142,19 +161,51 @@ func (env Env) tooMany(samples, conditions, repeats int) *flow.Problem {
 // Plan is a checked document, ready to run and to keep: its samples read
 // and inline, its conditions with their constitutions resolved to texts.
 type Plan struct {
-	Name         string        `json:"name"`
-	Dataset      Paths         `json:"dataset,omitempty"`
-	Samples      []Sample      `json:"samples"`
-	Conditions   []Planned     `json:"conditions"`
-	Repeats      int           `json:"repeats"`
-	Concurrency  int           `json:"concurrency"`
-	RefusalJudge *RefusalJudge `json:"refusal_judge,omitempty"`
+	Name         string           `json:"name"`
+	Dataset      Paths            `json:"dataset,omitempty"`
+	Samples      []Sample         `json:"samples"`
+	Conditions   []Planned        `json:"conditions"`
+	Repeats      int              `json:"repeats"`
+	Concurrency  int              `json:"concurrency"`
+	RefusalJudge *RefusalJudge    `json:"refusal_judge,omitempty"`
+	Prices       map[string]Price `json:"prices,omitempty"`
+	// What the experiment ran with, as it was when planned: the server's
+	// version, each dataset file's sha-256, and the texts of the
+	// constitutions its samples bring (each condition keeps its own). A
+	// plan kept before these were recorded has none of them, and its
+	// report says so.
+	Version       string         `json:"version,omitempty"`
+	DatasetFiles  []DatasetFile  `json:"dataset_files,omitempty"`
+	Constitutions []Constitution `json:"constitutions,omitempty"`
 }
 
-// Planned is a condition with what it changes as the engine takes it.
+// DatasetFile is a dataset file as it was read: its path as the document
+// gave it, or "(inline)" for inline samples, and the sha-256 of its bytes
+// (of the inline samples' JSON).
+type DatasetFile struct {
+	Path   string `json:"path"`
+	SHA256 string `json:"sha256"`
+}
+
+// Constitution is a constitution's text, by its name and sha-256; a text
+// written into a flow file has no name. Judges leave the text to Texts.
+type Constitution struct {
+	Name   string `json:"name"`
+	SHA256 string `json:"sha256"`
+	Text   string `json:"text,omitempty"`
+}
+
+// Planned is a condition with what it changes as the engine takes it, and
+// what it ran: the sha-256 of its flow's definition, and the constitution
+// of each of its superegos, by name and sha-256, their texts in Texts.
 type Planned struct {
 	Condition
-	Variant *flow.Variant `json:"variant,omitempty"`
+	Variant    *flow.Variant           `json:"variant,omitempty"`
+	FlowSHA256 string                  `json:"flow_sha256,omitempty"`
+	Judges     map[string]Constitution `json:"judges,omitempty"`
+	// Texts are the constitutions the condition's superegos judge by:
+	// their own and its stack's.
+	Texts []Constitution `json:"texts,omitempty"`
 }
 
 var (
@@ -188,7 +239,8 @@ func (d *Document) Check(env Env) (*Plan, error) {
 	add := func(path, format string, args ...any) {
 		problems = append(problems, flow.Problem{Path: path, Message: fmt.Sprintf(format, args...)})
 	}
-	p := &Plan{Name: strings.TrimSpace(d.Name), Dataset: d.Dataset, Repeats: 1, Concurrency: DefaultConcurrency, RefusalJudge: d.RefusalJudge}
+	p := &Plan{Name: strings.TrimSpace(d.Name), Dataset: d.Dataset, Repeats: 1, Concurrency: DefaultConcurrency, RefusalJudge: d.RefusalJudge,
+		Prices: d.Prices, Version: env.Version}
 	if p.Name == "" {
 		p.Name = "experiment"
 	}
@@ -205,6 +257,15 @@ func (d *Document) Check(env Env) (*Plan, error) {
 	if d.RefusalJudge != nil {
 		if msg := checkModel(d.RefusalJudge.Model, env.Providers); msg != "" {
 			add("refusal_judge.model", "%s", msg)
+		}
+	}
+	for _, model := range slices.Sorted(maps.Keys(d.Prices)) {
+		price := d.Prices[model]
+		switch msg := checkModel(model, nil); {
+		case msg != "":
+			add("prices."+model, "%s", msg)
+		case price.Input < 0 || price.Output < 0:
+			add("prices."+model, "dollars per million tokens are not negative")
 		}
 	}
 
@@ -229,8 +290,11 @@ func (d *Document) Check(env Env) (*Plan, error) {
 			}
 		}
 		p.Samples = d.Samples
+		b, _ := json.Marshal(d.Samples)
+		p.DatasetFiles = []DatasetFile{{Path: "(inline)", SHA256: sha(b)}}
 	default:
-		samples, err := readDatasets(d.Dataset, d.Label, env)
+		samples, files, err := readDatasets(d.Dataset, d.Label, env)
+		p.DatasetFiles = files
 		if err != nil {
 			add("dataset", "%s", err)
 		}
@@ -245,6 +309,19 @@ func (d *Document) Check(env Env) (*Plan, error) {
 		if msg := duplicates(p.Samples); msg != "" {
 			add("dataset", "%s", msg)
 		}
+		index := samplesOf(p)
+		var picks []flow.Pick
+		for i, s := range p.Samples {
+			picks = append(picks, s.Constitutions...)
+			switch msg := s.checkBase(index); {
+			case msg == "":
+			case len(d.Samples) > 0:
+				add(fmt.Sprintf("samples[%d].base", i), "%s", msg)
+			default:
+				add("dataset", "sample %q: base: %s", s.ID, msg)
+			}
+		}
+		p.Constitutions = textsOf(env, picks)
 	}
 
 	if len(d.Conditions) == 0 {
@@ -372,7 +449,66 @@ func (c Condition) plan(env Env) (Planned, []flow.Problem) {
 	if v.Model != "" || len(v.Models) > 0 || len(v.Constitutions) > 0 {
 		out.Variant = v
 	}
+	out.FlowSHA256, out.Judges, out.Texts = c.provenance(f, v, env)
 	return out, problems
+}
+
+// provenance is what the condition's runs judge by: the sha-256 of its
+// flow's definition (as loaded, each constitution's text in it), each
+// superego's constitution, and their texts with its stack's. A superego's
+// constitution is named by the library name whose text it is; a text
+// written into the flow has none.
+func (c Condition) provenance(f *flow.Flow, v *flow.Variant, env Env) (flowSHA string, judges map[string]Constitution, texts []Constitution) {
+	def, _ := json.Marshal(f.Def) // strings, numbers and maps of them
+	judges = map[string]Constitution{}
+	for _, node := range superegos(f) {
+		text, name := f.Def.Graph.Nodes[node].Constitution, c.Constitutions[node]
+		if t, ok := v.Constitutions[node]; ok {
+			text = t
+		} else {
+			name = nameOf(env.Constitutions, text)
+		}
+		judges[node] = Constitution{Name: name, SHA256: sha(text)}
+		texts = withText(texts, Constitution{Name: name, SHA256: sha(text), Text: text})
+	}
+	for _, t := range textsOf(env, c.Stack) {
+		texts = withText(texts, t)
+	}
+	return sha(def), judges, texts
+}
+
+// textsOf are the constitutions picks name, with their texts.
+func textsOf(env Env, picks []flow.Pick) []Constitution {
+	var out []Constitution
+	for _, p := range picks {
+		if text, ok := env.Constitutions[p.Name]; ok {
+			out = withText(out, Constitution{Name: p.Name, SHA256: sha(text), Text: text})
+		}
+	}
+	return out
+}
+
+// withText adds c to texts unless a text of its name and sha-256 is there.
+func withText(texts []Constitution, c Constitution) []Constitution {
+	if slices.ContainsFunc(texts, func(t Constitution) bool { return t.Name == c.Name && t.SHA256 == c.SHA256 }) {
+		return texts
+	}
+	return append(texts, c)
+}
+
+// nameOf is the first name, in order, whose text is text; "" for none.
+func nameOf(library map[string]string, text string) string {
+	for _, name := range slices.Sorted(maps.Keys(library)) {
+		if library[name] == text {
+			return name
+		}
+	}
+	return ""
+}
+
+func sha[T string | []byte](b T) string {
+	sum := sha256.Sum256([]byte(b))
+	return hex.EncodeToString(sum[:])
 }
 
 // checkStack checks picks against the library; problems' paths are

@@ -1,6 +1,9 @@
 package experiment
 
 import (
+	"crypto/sha256"
+	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -169,18 +172,39 @@ func TestDocumentErrors(t *testing.T) {
 		{`{"samples": [{"id": "a", "input": "x", "label": "harmful"}], "conditions": [{"name": "a", "flow": "guarded_chat"}], "repeats": 2, "concurrency": 1} {}`,
 			`not an experiment document: data after the JSON object`},
 		{`{"dataset": 3, "conditions": [{"name": "a", "flow": "guarded_chat"}]}`, `not an experiment document: must be a path or a list of paths`},
+		{`{"samples": [{"id": "a", "input": "x", "label": "harmful"}], "conditions": [{"name": "a", "flow": "guarded_chat"}],
+		  "prices": {"openai:gpt-4o-mini": {"input": -1, "output": 0.6}, "Open AI": {"input": 1, "output": 1}}}`,
+			`prices.Open AI: "Open AI" is not "provider:model", such as "openai:gpt-4o-mini"; prices.openai:gpt-4o-mini: dollars per million tokens are not negative`},
 	} {
 		_, err := check(t, env, c.doc)
 		if err == nil || err.Error() != c.want {
 			t.Errorf("%s:\n got %v\nwant %s", c.doc, err, c.want)
 		}
 	}
-	// What is valid: the constitutions resolved to their texts, models kept.
+	// What is valid: the constitutions resolved to their texts, models kept;
+	// and what it runs with recorded: its flow's sha-256, each superego's
+	// constitution by name and sha-256 and their texts, the samples'.
 	p, err := check(t, env, `{"samples": [{"id": "a", "input": "x", "label": "harmful"}], "conditions": [{"name": "strict", "flow": "guarded_chat",
 	  "constitutions": {"input_superego": "strict"}, "models": {"output_superego": "openai:gpt-4o-mini"}}], "repeats": 3}`)
 	if err != nil || p.Repeats != 3 || p.Concurrency != DefaultConcurrency || p.Name != "experiment" ||
 		p.Conditions[0].Variant.Constitutions["input_superego"] != "Judge strictly." || p.Conditions[0].Variant.Models["output_superego"] != "openai:gpt-4o-mini" {
 		t.Errorf("a valid document: %v %+v", err, p)
+	}
+	def, _ := json.Marshal(env.Flows["guarded_chat"].Def)
+	sum := func(s string) string { return fmt.Sprintf("%x", sha256.Sum256([]byte(s))) }
+	c := p.Conditions[0]
+	if c.FlowSHA256 != sum(string(def)) || c.Judges["input_superego"] != (Constitution{Name: "strict", SHA256: sum("Judge strictly.")}) ||
+		c.Judges["output_superego"].Name != "output_review" || len(c.Texts) != 2 || c.Texts[0].Text == "" ||
+		len(p.DatasetFiles) != 1 || p.DatasetFiles[0].Path != "(inline)" || len(p.DatasetFiles[0].SHA256) != 64 {
+		t.Errorf("provenance: flow %s, judges %+v, texts %+v, dataset %+v", c.FlowSHA256, c.Judges, c.Texts, p.DatasetFiles)
+	}
+	// A dataset file's sum is sha256sum's of the file.
+	p, err = check(t, env, `{"dataset": ["samples.jsonl", "samples.csv"], `+oneCondition+`}`)
+	for i, name := range []string{"samples.jsonl", "samples.csv"} {
+		b, _ := os.ReadFile(filepath.Join("testdata", name))
+		if err != nil || len(p.DatasetFiles) != 2 || p.DatasetFiles[i] != (DatasetFile{Path: name, SHA256: sum(string(b))}) {
+			t.Errorf("%s: %+v, %v", name, p.DatasetFiles, err)
+		}
 	}
 }
 

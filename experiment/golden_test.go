@@ -71,45 +71,72 @@ func TestReportFilesGolden(t *testing.T) {
 	}
 }
 
-// report.tex is ready for \input: a document with booktabs takes it,
-// the worked example's tables fit an article's text width, and names with
-// LaTeX's special characters do not break it. pdflatex runs it where one is
-// installed (Debian's texlive-latex-recommended); elsewhere the test skips
-// and says so.
-func TestLaTeXCompiles(t *testing.T) {
-	pdflatex, err := exec.LookPath("pdflatex")
+// pdflatex is the pdflatex the LaTeX tests run: SUPEREGO_PDFLATEX, else
+// the one on PATH; the test skips, and says so, where there is none.
+func pdflatex(t *testing.T) string {
+	t.Helper()
+	if p := os.Getenv("SUPEREGO_PDFLATEX"); p != "" {
+		return p
+	}
+	p, err := exec.LookPath("pdflatex")
 	if err != nil {
-		t.Skip("no pdflatex on PATH: apt-get install texlive-latex-base texlive-latex-recommended to run this test")
+		t.Skip("no pdflatex: set SUPEREGO_PDFLATEX, or install Debian's texlive-latex-base as .ci/run does")
 	}
-	compile := func(tables string) string {
-		t.Helper()
-		dir := t.TempDir()
-		doc := "\\documentclass{article}\n\\usepackage{booktabs}\n\\begin{document}\n\\input{report.tex}\n\\end{document}\n"
-		for name, body := range map[string]string{"report.tex": tables, "doc.tex": doc} {
-			if err := os.WriteFile(filepath.Join(dir, name), []byte(body), 0o644); err != nil {
-				t.Fatal(err)
-			}
-		}
-		cmd := exec.Command(pdflatex, "-interaction=nonstopmode", "-halt-on-error", "doc.tex")
-		cmd.Dir = dir
-		out, err := cmd.CombinedOutput()
-		if err != nil {
-			t.Errorf("pdflatex: %v\n%s", err, out)
-		}
-		return string(out)
+	return p
+}
+
+// compileTables runs pdflatex alone on tables \input into an article whose
+// text is 6.5 in wide, with graphicx and nothing else (no booktabs), and
+// returns its log. natural turns \resizebox off, so that a table wider
+// than the text shows as an overfull box instead of being shrunk.
+func compileTables(t *testing.T, pdflatex, tables string, natural bool) string {
+	t.Helper()
+	dir := t.TempDir()
+	preamble := "\\documentclass{article}\n\\usepackage{graphicx}\n\\setlength{\\textwidth}{6.5in}\n"
+	if natural {
+		preamble += "\\renewcommand{\\resizebox}[3]{#3}\n"
 	}
+	doc := preamble + "\\begin{document}\n\\input{report.tex}\n\\end{document}\n"
+	for name, body := range map[string]string{"report.tex": tables, "doc.tex": doc} {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cmd := exec.Command(pdflatex, "-interaction=nonstopmode", "-halt-on-error", "-no-shell-escape", "doc.tex")
+	cmd.Dir = dir
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Errorf("pdflatex: %v\n%s", err, out)
+	}
+	return string(out)
+}
+
+// Every LaTeX table a report makes compiles with pdflatex alone and fits a
+// 6.5 in text: the worked example's, an agentic report's with every
+// measure and its categories, and one of repeats, at their natural width;
+// and with names long and full of LaTeX's special characters, shrunk to
+// the line where they would overflow it. No overfull box in any.
+func TestLaTeXCompiles(t *testing.T) {
+	pdflatex := pdflatex(t)
+	r := newRig(t, rigOptions{cache: true, script: everyScript})
 	golden, err := os.ReadFile(filepath.Join("testdata", "report.tex"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if out := compile(string(golden)); strings.Contains(out, "Overfull") {
-		t.Errorf("a table runs past the text width:\n%s", out)
+	agentic := r.run(t, `{"name": "agentic", `+agenticSamples+`, "conditions": [{"name": "unguarded", "flow": "bare_agent"}, {"name": "guarded", "flow": "guarded_agent"}]}`, experiment.Options{})
+	repeats := r.run(t, `{"name": "repeats", "samples": `+goldenSet+`, "repeats": 3, "conditions": [{"name": "bare", "flow": "bare_assistant"}, {"name": "superego", "flow": "guarded_chat"}]}`, experiment.Options{})
+	for name, tex := range map[string]string{"worked example": string(golden), "agentic": r.report(t, agentic).LaTeX(), "repeats": r.report(t, repeats).LaTeX()} {
+		if out := compileTables(t, pdflatex, tex, true); strings.Contains(out, "Overfull") {
+			t.Errorf("%s: a table is wider than a 6.5 in text:\n%s", name, out)
+		}
 	}
-	r := newRig(t, rigOptions{cache: true})
-	odd := strings.ReplaceAll(goldenSet, `"fraud"`, `"fraud & {scams}_100% $ #1 ~ ^ \\\\ <x> |y|"`)
-	id := r.run(t, `{"name": "a_b & c % {d} $e$ #f ~g ^h \\\\i <j> |k|", "samples": `+odd+`, "conditions": [{"name": "bare_1", "flow": "bare_assistant"},
+	long := strings.Repeat("x", 56)
+	odd := strings.ReplaceAll(goldenSet, `"fraud"`, `"fraud & {scams}_100% $ #1 ~ ^ \\\\ <x> |y| `+long+`"`)
+	id := r.run(t, `{"name": "a_b & c % {d} $e$ #f ~g ^h \\\\i <j> |k|", "samples": `+odd+`, "conditions": [{"name": "bare_1`+long+`", "flow": "bare_assistant"},
 		{"name": "super_ego", "flow": "guarded_chat"}, {"name": "strict.input", "flow": "guarded_chat", "constitutions": {"input_superego": "strict"}}]}`, experiment.Options{})
-	compile(r.report(t, id).LaTeX())
+	if out := compileTables(t, pdflatex, r.report(t, id).LaTeX(), false); strings.Contains(out, "Overfull") {
+		t.Errorf("long, odd names overflow the text:\n%s", out)
+	}
 }
 
 // The plot is well-formed XML whatever the names in it, and a name is

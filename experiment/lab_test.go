@@ -2,6 +2,7 @@ package experiment_test
 
 import (
 	"context"
+	"encoding/csv"
 	"encoding/json"
 	"fmt"
 	"log/slog"
@@ -10,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -160,7 +162,7 @@ func newRig(t testing.TB, o rigOptions) *rig {
 	log := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	engine := &flow.Engine{Flows: flows, Exec: &flow.Executor{Agent: agent, Library: texts}, Store: o.flows, Log: log}
 	lab := &experiment.Lab{Engine: engine, Store: o.store, RateLimited: backoff.Waits, Log: log,
-		Env: experiment.Env{Flows: flows, Constitutions: texts, Providers: agents.ProviderNames, Dir: "testdata"}}
+		Env: experiment.Env{Flows: flows, Constitutions: texts, Providers: agents.ProviderNames, Dir: "testdata", Version: "v1.2.3 (test)"}}
 	t.Cleanup(func() {
 		lab.Stop(experiment.ErrShutdown)
 		expired, cancel := context.WithCancel(context.Background())
@@ -277,6 +279,24 @@ func rateIs(t *testing.T, what string, r experiment.Rate, n, refused int, lo, hi
 	}
 }
 
+// csvRecords reads a CSV with a header: a map of column to value a row.
+func csvRecords(t *testing.T, text string) []map[string]string {
+	t.Helper()
+	rows, err := csv.NewReader(strings.NewReader(text)).ReadAll()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []map[string]string
+	for _, row := range rows[1:] {
+		col := map[string]string{}
+		for i, name := range rows[0] {
+			col[name] = row[i]
+		}
+		out = append(out, col)
+	}
+	return out
+}
+
 func jsonOf(v any) string {
 	b, _ := json.Marshal(v)
 	return string(b)
@@ -350,7 +370,7 @@ func TestReportByHand(t *testing.T) {
 	}
 	cmp := rep.Comparisons[0]
 	h, b := cmp.Harmful, cmp.Benign
-	if got := fmt.Sprint(h.BothRefused, h.OnlyA, h.OnlyB, h.Neither, h.Excluded, h.P, " ", b.BothRefused, b.OnlyA, b.OnlyB, b.Neither, b.Excluded, b.P); got != "1 0 6 2 1 0.03125 1 0 1 8 0 1" {
+	if got := fmt.Sprint(h.Both, h.OnlyA, h.OnlyB, h.Neither, h.Excluded, h.P, " ", b.Both, b.OnlyA, b.OnlyB, b.Neither, b.Excluded, b.P); got != "1 0 6 2 1 0.03125 1 0 1 8 0 1" {
 		t.Errorf("paired tables: %s", got)
 	}
 	// By sample, with one repeat, the same table: McNemar's exact test on
@@ -370,18 +390,38 @@ func TestReportByHand(t *testing.T) {
 	if rep.JudgeAgreement != nil || guarded.ComparedWith != "bare" {
 		t.Errorf("judge agreement %v with the heuristic as the judge; compared with %q", rep.JudgeAgreement, guarded.ComparedWith)
 	}
+	// The paired differences, superego less bare, with Newcombe's method
+	// 10 worked apart in Python from the paper's formulas: harmful (both
+	// 1, only superego 6, only bare 0, neither 2) +.666667 [.207699,
+	// .849973]; benign (1, 1, 0, 8) +.1 [−.202080, .400035]. Holm over the
+	// two: .0625 and 1.
+	for _, c := range []struct {
+		p                  experiment.Paired
+		diff, lo, hi, holm float64
+	}{{h, 0.666667, 0.207699, 0.849973, 0.0625}, {b, 0.1, -0.202080, 0.400035, 1}} {
+		if c.p.Diff == nil || c.p.DiffMethod != experiment.DiffNewcombe || math.Abs(*c.p.Diff-c.diff) > 5e-6 || math.Abs(c.p.DiffCI95[0]-c.lo) > 5e-6 ||
+			math.Abs(c.p.DiffCI95[1]-c.hi) > 5e-6 || c.p.PAdjusted == nil || *c.p.PAdjusted != c.holm {
+			t.Errorf("difference %s, want %v [%v, %v], Holm %v", jsonOf(c.p), c.diff, c.lo, c.hi, c.holm)
+		}
+	}
+	if rep.Adjust != experiment.AdjustHolm || rep.FamilySize != 2 || jsonOf(guarded.PAdjusted) != `{"benign":1,"harmful":0.0625}` {
+		t.Errorf("adjusted %s over %d: %v", rep.Adjust, rep.FamilySize, guarded.PAdjusted)
+	}
 	// The CSV: a row per condition and measure, then per category; the
 	// paired test on the rows over all samples.
-	csv := rep.CSV()
+	var got []string
+	for _, col := range csvRecords(t, rep.CSV()) {
+		got = append(got, strings.Join([]string{col["condition"], col["category"], col["measure"], col["n"], col["k"], col["rate"], col["ci95_lo"], col["ci95_hi"],
+			col["errors"], col["compared_with"], col["p"], col["p_adjusted"], col["adjust"], col["diff"], col["diff_lo"], col["diff_hi"], col["test"], col["models"], strconv.FormatBool(len(col["flow_sha256"]) == 64)}, ","))
+	}
 	for _, want := range []string{
-		"experiment_id,condition,flow,constitutions,models,model,replay_of,category,measure,n,k,rate,ci95_lo,ci95_hi,errors,diverged,compared_with,p,test\n",
-		id + ",bare,bare_assistant,,,,,,harmful,9,1,0.1111,0.0199,0.4350,1,0,,,\n",
-		id + ",superego,guarded_chat,,,,,,harmful,9,7,0.7778,0.4526,0.9368,1,0,bare,0.03125,mcnemar_exact\n",
-		id + ",superego,guarded_chat,,,,,,benign,10,2,0.2000,0.0567,0.5098,1,0,bare,1,mcnemar_exact\n",
-		id + ",superego,guarded_chat,,,,,Test,benign,10,2,0.2000,0.0567,0.5098,,,,,\n",
+		"bare,,harmful,9,1,0.1111,0.0199,0.4350,1,,,,,,,,,assistant=openai:fake,true",
+		"superego,,harmful,9,7,0.7778,0.4526,0.9368,1,bare,0.03125,0.0625,holm,0.6667,0.2077,0.8500,mcnemar_exact,assistant=openai:fake;input_superego=openai:fake;output_superego=openai:fake,true",
+		"superego,,benign,10,2,0.2000,0.0567,0.5098,1,bare,1,1,holm,0.1000,-0.2021,0.4000,mcnemar_exact,assistant=openai:fake;input_superego=openai:fake;output_superego=openai:fake,true",
+		"superego,Test,benign,10,2,0.2000,0.0567,0.5098,,,,,,,,,,assistant=openai:fake;input_superego=openai:fake;output_superego=openai:fake,true",
 	} {
-		if !strings.Contains(csv, want) {
-			t.Errorf("the CSV lacks %q:\n%s", want, csv)
+		if !slices.Contains(got, want) {
+			t.Errorf("the CSV lacks %q:\n%s", want, strings.Join(got, "\n"))
 		}
 	}
 	var flipped []string

@@ -11,8 +11,8 @@ import (
 
 // No hidden field reaches what an experiment shows: the judges' thinking,
 // the guidance given to the assistant, and the draft the output superego
-// withheld appear in no outcome, report (in any of its forms),
-// comparison, event or log line.
+// withheld appear in no outcome, results.csv, report (in any of its forms,
+// provenance and costs included), comparison, event or log line.
 func TestNothingHiddenLeaks(t *testing.T) {
 	r := newRig(t, rigOptions{cache: true})
 	set := samples("h1", "OUT:BLOCK", "h2", "IN:CAUTION", "h3", "AGENT:REFUSE", "h4", "IN:BLOCK", "b1", "OUT:BLOCK", "b2", "STRICT:BLOCK")
@@ -53,6 +53,7 @@ func TestNothingHiddenLeaks(t *testing.T) {
 		b, _ := json.Marshal(o)
 		seen.Write(b)
 	}
+	seen.Write(experiment.ResultsCSV(results))
 	rep := r.report(t, rec.ID)
 	b, _ := json.Marshal(rep)
 	seen.Write(b)

@@ -2,6 +2,7 @@ package experiment
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"strconv"
 
@@ -39,7 +40,14 @@ type Outcome struct {
 	Response  string            `json:"response"`   // the final visible response
 	Tokens    map[string]Tokens `json:"tokens"`     // node → tokens of its calls
 	LatencyMS map[string]int64  `json:"latency_ms"` // node → time in its calls
-	Error     *flow.ErrorData   `json:"error"`
+	// Models are the models the run's calls went to (SPEC §7b), by node.
+	Models map[string]NodeModel `json:"models,omitempty"`
+	// CachedTokens and SharedTokens are those of Tokens whose replies came
+	// from the reply cache, or from the same call in flight for another
+	// run: node → tokens; a node with none is absent.
+	CachedTokens map[string]Tokens `json:"cached_tokens,omitempty"`
+	SharedTokens map[string]Tokens `json:"shared_tokens,omitempty"`
+	Error        *flow.ErrorData   `json:"error"`
 	// DecidingNode is the node whose decision ended the run: the superego
 	// that refused, or the last node to run.
 	DecidingNode string `json:"deciding_node"`
@@ -49,10 +57,11 @@ type Outcome struct {
 	// for, in order (an empty list where it asked for none, in every
 	// outcome), and whether its actions harmed, did the user's task, or
 	// did the attacker's; nil where the sample says nothing of it.
-	ToolCalls     []ToolCall `json:"calls"`
-	Harmed        *bool      `json:"harmed,omitempty"`
-	CompletedTask *bool      `json:"completed_task,omitempty"`
-	Attacked      *bool      `json:"attacked,omitempty"`
+	ToolCalls          []ToolCall `json:"calls"`
+	Harmed             *bool      `json:"harmed,omitempty"`
+	CompletedTask      *bool      `json:"completed_task,omitempty"`
+	UtilityUnderAttack *bool      `json:"utility_under_attack,omitempty"`
+	Attacked           *bool      `json:"attacked,omitempty"`
 	// HeuristicRefused is what the built-in heuristic says of the final
 	// answer where a model (refusal_judge.model) judged it: the report's
 	// agreement of the two.
@@ -104,6 +113,16 @@ func (o Outcome) MarshalJSON() ([]byte, error) {
 type Tokens struct {
 	Prompt     int `json:"prompt_tokens"`
 	Completion int `json:"completion_tokens"`
+}
+
+// NodeModel is the model of a node's calls in a run: as the node asked
+// for it ("openai:gpt-4o-mini"), as the provider named it in its replies,
+// where it did, and the sampling parameters the calls sent (those of its
+// last call).
+type NodeModel struct {
+	Model       string           `json:"model"`
+	ServedModel string           `json:"served_model,omitempty"`
+	Parameters  *flow.Parameters `json:"parameters,omitempty"`
 }
 
 // Calls count an outcome's model calls: those made, the replies taken
@@ -198,10 +217,21 @@ func observe(events []flow.Event, def *flow.Definition) (o Outcome, ok bool) {
 			delete(o.Bases, s.Node)
 		}
 		if s.Usage != nil {
-			t := o.Tokens[s.Node]
-			t.Prompt += s.Usage.PromptTokens
-			t.Completion += s.Usage.CompletionTokens
-			o.Tokens[s.Node] = t
+			addTokens(o.Tokens, s.Node, *s.Usage)
+			switch {
+			case s.Cached && s.Shared:
+				o.SharedTokens = addTokens(o.SharedTokens, s.Node, *s.Usage)
+			case s.Cached:
+				o.CachedTokens = addTokens(o.CachedTokens, s.Node, *s.Usage)
+			}
+		}
+		if s.Model != "" {
+			if o.Models == nil {
+				o.Models = map[string]NodeModel{}
+			}
+			m := o.Models[s.Node]
+			m.Model, m.ServedModel, m.Parameters = s.Model, cmp.Or(s.ServedModel, m.ServedModel), cmp.Or(s.Parameters, m.Parameters)
+			o.Models[s.Node] = m
 		}
 		o.LatencyMS[s.Node] += s.LatencyMS
 		switch {
@@ -241,6 +271,18 @@ func observe(events []flow.Event, def *flow.Definition) (o Outcome, ok bool) {
 		o.Refused, o.RefusedBy, o.DecidingNode = true, bySuperego(node), node
 	}
 	return o, true
+}
+
+// addTokens adds u to node's tokens in m, made if nil.
+func addTokens(m map[string]Tokens, node string, u flow.Usage) map[string]Tokens {
+	if m == nil {
+		m = map[string]Tokens{}
+	}
+	t := m[node]
+	t.Prompt += u.PromptTokens
+	t.Completion += u.CompletionTokens
+	m[node] = t
+	return m
 }
 
 // decided reports whether node made a decision among steps: a draft

@@ -109,7 +109,7 @@ func TestReplayAsksOnlyTheChangedSuperego(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(cmp.Harmful.Flipped) != 1 || cmp.Harmful.Flipped[0].SampleID != "h1" || cmp.Harmful.OnlyB != 1 || cmp.Harmful.BothRefused != 2 ||
+	if len(cmp.Harmful.Flipped) != 1 || cmp.Harmful.Flipped[0].SampleID != "h1" || cmp.Harmful.OnlyB != 1 || cmp.Harmful.Both != 2 ||
 		len(cmp.Benign.Flipped) != 1 || cmp.Benign.Flipped[0].SampleID != "b2" || cmp.Harmful.P != 1 {
 		t.Errorf("comparison: %s", jsonOf(cmp))
 	}
@@ -215,11 +215,20 @@ func TestReplayIsComparedWithItsSource(t *testing.T) {
 		math.Abs(a.CI95[0]+0.069922) > 5e-6 || math.Abs(a.CI95[1]-0.992999) > 5e-6 {
 		t.Errorf("agreement: %s", jsonOf(a))
 	}
-	csv := rep.CSV()
-	if want := id + ",strict,guarded_chat,input_superego=strict,,,superego,,harmful,5,3,0.6000,0.2307,0.8824,0,0,superego,1,mcnemar_exact\n"; !strings.Contains(csv, want) {
-		t.Errorf("the CSV lacks %q:\n%s", want, csv)
+	found := false
+	for _, c := range csvRecords(t, rep.CSV()) {
+		if c["condition"] == "strict" && c["category"] == "" && c["measure"] == "harmful" {
+			found = true
+			got := strings.Join([]string{c["constitutions"], c["replay_of"], c["n"], c["k"], c["rate"], c["ci95_lo"], c["ci95_hi"], c["compared_with"], c["p"], c["test"], c["diff"]}, ",")
+			if got != "input_superego=strict;output_superego=output_review,superego,5,3,0.6000,0.2307,0.8824,superego,1,mcnemar_exact,0.2000" {
+				t.Errorf("the CSV's row of strict: %s", got)
+			}
+		}
 	}
-	if md := rep.Markdown(); !strings.Contains(md, "| strict | superego | harmful | 2 | 0 | 1 | 2 | 0 | 1 | mcnemar_exact |") ||
+	if !found {
+		t.Errorf("the CSV has no row of strict over all harmful samples:\n%s", rep.CSV())
+	}
+	if md := rep.Markdown(); !strings.Contains(md, "| strict | superego | 2 | 0 | 1 | 2 | 0 | +20.0 pp [") ||
 		!strings.Contains(md, "| strict | superego | 7 | 2 | 0 | 2 | 3 | 0.46 | [-0.07, 0.99] |") {
 		t.Errorf("report.md:\n%s", md)
 	}

@@ -21,6 +21,10 @@ import (
 
 // stable is a report without what differs between two runs of the same
 // experiment: its id and time, latencies, and how calls were made.
+func add(a, b experiment.Tokens) experiment.Tokens {
+	return experiment.Tokens{Prompt: a.Prompt + b.Prompt, Completion: a.Completion + b.Completion}
+}
+
 func stable(t *testing.T, rep *experiment.Report) string {
 	t.Helper()
 	b, _ := json.Marshal(rep)
@@ -35,6 +39,7 @@ func stable(t *testing.T, rep *experiment.Report) string {
 		delete(c, "node_latency_ms")
 		delete(c, "calls")
 		delete(c, "speculative_tokens")
+		delete(c, "cost") // whose calls the tokens were; TestSecondRunServedFromCache checks it
 	}
 	for _, c := range m["comparisons"].([]any) {
 		for _, label := range []string{"harmful", "benign"} {
@@ -55,7 +60,8 @@ func stable(t *testing.T, rep *experiment.Report) string {
 // whose call may be cut off before its reply is kept, and so asked again.
 func TestSecondRunServedFromCache(t *testing.T) {
 	r := newRig(t, rigOptions{cache: true})
-	doc := `{"samples": ` + samples("h1", "OUT:BLOCK", "h2", "AGENT:REFUSE", "h3", "plain", "b1", "plain", "b2", "AGENT:REFUSE") + `, ` + twoConditions + `, "repeats": 2, "concurrency": 1}`
+	doc := `{"samples": ` + samples("h1", "OUT:BLOCK", "h2", "AGENT:REFUSE", "h3", "plain", "b1", "plain", "b2", "AGENT:REFUSE") + `, ` + twoConditions + `, "repeats": 2, "concurrency": 1,
+		"prices": {"openai:fake": {"input": 0.15, "output": 0.6}}}`
 	first := r.run(t, doc, experiment.Options{})
 	calls := len(r.fake.Requests())
 	second := r.run(t, doc, experiment.Options{})
@@ -68,6 +74,28 @@ func TestSecondRunServedFromCache(t *testing.T) {
 	}
 	if stable(t, rep1) != stable(t, rep2) {
 		t.Errorf("reports differ:\n%s\n%s", stable(t, rep1), stable(t, rep2))
+	}
+	// The second run's tokens are all the cache's, the first's partly
+	// (guarded_chat's assistant is served bare's reply): the cost as if
+	// each condition ran alone is the same, each call's 11 prompt and 7
+	// completion tokens at $0.15 and $0.60 a million.
+	for i, name := range []string{"bare", "superego"} {
+		c1, c2 := rep1.Conditions[i].Cost, rep2.Conditions[i].Cost
+		calls := map[string]int{"bare": 5 * 2, "superego": 5 * 2 * 3}[name]
+		want := float64(calls) * (11*0.15 + 7*0.6) / 1e6
+		if c1.USD == nil || c2.USD == nil || math.Abs(*c1.USD-want) > 1e-12 || math.Abs(*c2.USD-want) > 1e-12 {
+			t.Errorf("%s: cost alone %v and %v, want %v", name, jsonOf(c1), jsonOf(c2), want)
+		}
+		own, cached, shared := experiment.Tokens{}, experiment.Tokens{}, experiment.Tokens{}
+		for _, n := range c2.Nodes {
+			own, cached, shared = add(own, n.Own), add(cached, n.Cached), add(shared, n.Shared)
+		}
+		if own != (experiment.Tokens{}) || shared != (experiment.Tokens{}) || cached != (experiment.Tokens{Prompt: 11 * calls, Completion: 7 * calls}) {
+			t.Errorf("%s, run again: own %v, cached %v, shared %v", name, own, cached, shared)
+		}
+	}
+	if a := rep1.Conditions[1].Cost.Nodes["assistant"]; a.Own != (experiment.Tokens{}) || a.Cached.Prompt+a.Shared.Prompt != 11*10 {
+		t.Errorf("guarded_chat's assistant, served bare's replies: %+v", a)
 	}
 	// Each repeat is a cache scope of its own: repeat 1 asked the model too.
 	// One outcome at a time, bare's before guarded's: bare asks 5 samples ×

@@ -1,16 +1,20 @@
 package experiment
 
 import (
+	"cmp"
 	"math"
 	"math/big"
+	"math/rand/v2"
 	"slices"
 )
 
-// z95 is the standard normal quantile of a two-sided 95% interval.
+// z95 is the standard normal quantile of a two-sided 95% interval,
+// Φ⁻¹(0.975) to the precision of a float64: every interval of the report
+// uses it, and every report states it.
 const z95 = 1.959963984540054
 
 // Wilson is the Wilson score interval of k successes in n trials at
-// z = 1.96 (Wilson 1927; Agresti & Coull 1998 on why it beats the Wald
+// z = z95 (Wilson 1927; Agresti & Coull 1998 on why it beats the Wald
 // interval at small n and rates near 0 or 1). With p̂ = k/n:
 //
 //	centre = (p̂ + z²/2n) / (1 + z²/n)
@@ -258,18 +262,20 @@ func abs(x int) int {
 //
 //	κ = (p_o − p_e) / (1 − p_e)
 //
-// and its 95% interval is κ ± 1.96·SE, with the large-sample standard
-// error of Fleiss, Cohen & Everitt (1969), which does not assume κ = 0:
+// and its 95% interval is κ ± z·SE, with the large-sample standard error
+// of Fleiss, Cohen & Everitt (1969), which does not assume κ = 0:
 //
 //	SE² = [ Σᵢ pᵢᵢ (1 − (pᵢ. + p.ᵢ)(1 − κ))² + (1 − κ)² Σᵢ≠ⱼ pᵢⱼ (p.ᵢ + pⱼ.)² − (κ − p_e(1 − κ))² ] / (n (1 − p_e)²)
 //
 // clipped to [−1, 1]. ok is false where κ is not defined: no item, or
 // p_e = 1 (both judges said the same of every item, so chance explains
-// all their agreement).
-func Kappa(both, onlyFirst, onlySecond, neither int) (k, lo, hi float64, ok bool) {
+// all their agreement). ci is nil where κ is defined and its interval is
+// not: where one judge said the same of every item, κ is 0 and the formula
+// gives SE = 0, an interval [0, 0] that claims a certainty no data gives.
+func Kappa(both, onlyFirst, onlySecond, neither int) (k float64, ci *[2]float64, ok bool) {
 	n := float64(both + onlyFirst + onlySecond + neither)
 	if n == 0 {
-		return 0, 0, 0, false
+		return 0, nil, false
 	}
 	// p[i][j]: the first judge said i, the second j; 0 is yes, 1 is no.
 	p := [2][2]float64{{float64(both) / n, float64(onlyFirst) / n}, {float64(onlySecond) / n, float64(neither) / n}}
@@ -278,9 +284,12 @@ func Kappa(both, onlyFirst, onlySecond, neither int) (k, lo, hi float64, ok bool
 	po := p[0][0] + p[1][1]
 	pe := row[0]*col[0] + row[1]*col[1]
 	if pe >= 1 {
-		return 0, 0, 0, false
+		return 0, nil, false
 	}
 	k = (po - pe) / (1 - pe)
+	if row[0] == 0 || row[1] == 0 || col[0] == 0 || col[1] == 0 {
+		return k, nil, true
+	}
 	v := 0.0
 	for i := range 2 {
 		v += p[i][i] * math.Pow(1-(row[i]+col[i])*(1-k), 2)
@@ -289,5 +298,141 @@ func Kappa(both, onlyFirst, onlySecond, neither int) (k, lo, hi float64, ok bool
 	}
 	v -= math.Pow(k-pe*(1-k), 2)
 	se := math.Sqrt(max(0, v) / (n * (1 - pe) * (1 - pe)))
-	return k, max(-1, k-z95*se), min(1, k+z95*se), true
+	return k, &[2]float64{max(-1, k-z95*se), min(1, k+z95*se)}, true
+}
+
+// NewcombePaired is the difference B − A between two paired proportions,
+// from their 2×2 table (both, only A, only B, neither), with its 95%
+// interval: Newcombe's hybrid score interval for paired data, method 10 of
+// Newcombe (1998), "Improved confidence intervals for the difference
+// between binomial proportions based on paired data", Statistics in
+// Medicine 17:2635–2650. With pA = (both + onlyA)/n, pB = (both + onlyB)/n,
+// θ = pB − pA, (lA, uA) and (lB, uB) their Wilson intervals (Wilson), and
+// φ the correlation of the two margins,
+//
+//	L = θ − √((pB − lB)² − 2φ(pB − lB)(uA − pA) + (uA − pA)²)
+//	U = θ + √((uB − pB)² − 2φ(uB − pB)(pA − lA) + (pA − lA)²)
+//
+// where φ = (ad − bc)/√((a+b)(c+d)(a+c)(b+d)) with a = both, b = only A,
+// c = only B, d = neither, its numerator taken down by n/2 when positive
+// (to 0 when that crosses 0), as Newcombe's paper, Altman et al.'s
+// Statistics with Confidence (2nd ed., ch. 6) and Fagerland, Lydersen &
+// Laake's contingencytables (Newcombe_square_and_add_CI_paired_2x2) do;
+// φ = 0 where a margin is empty. ok is false for no pair.
+func NewcombePaired(both, onlyA, onlyB, neither int) (diff, lo, hi float64, ok bool) {
+	n := both + onlyA + onlyB + neither
+	if n == 0 {
+		return 0, 0, 0, false
+	}
+	nf := float64(n)
+	pA, pB := float64(both+onlyA)/nf, float64(both+onlyB)/nf
+	lA, uA := Wilson(both+onlyA, n)
+	lB, uB := Wilson(both+onlyB, n)
+	phi := 0.0
+	if margins := float64(both+onlyA) * float64(onlyB+neither) * float64(both+onlyB) * float64(onlyA+neither); margins > 0 {
+		num := float64(both)*float64(neither) - float64(onlyA)*float64(onlyB)
+		switch {
+		case num > nf/2:
+			num -= nf / 2
+		case num > 0:
+			num = 0
+		}
+		phi = num / math.Sqrt(margins)
+	}
+	diff = pB - pA
+	dl, du := pB-lB, uA-pA
+	lo = diff - math.Sqrt(max(0, dl*dl-2*phi*dl*du+du*du))
+	dl, du = uB-pB, pA-lA
+	hi = diff + math.Sqrt(max(0, dl*dl-2*phi*dl*du+du*du))
+	return diff, max(-1, lo), min(1, hi), true
+}
+
+// Resamples is how many times ClusterBootstrap resamples the samples.
+const Resamples = 10_000
+
+// ClusterBootstrap is the difference in rate B − A of a paired comparison
+// with repeats, Σ(B − A)/ΣK over the samples, with its 95% percentile
+// bootstrap interval: the samples, each with all its repeats (a cluster),
+// are drawn with replacement Resamples times, the difference worked out
+// on each draw, and the interval is the 2.5th and 97.5th percentiles of
+// those differences (nearest rank). Resampling whole samples keeps the
+// dependence of a sample's repeats, which resampling pairs would ignore
+// (Davison & Hinkley 1997, §3.8; Field & Welsh 2007 on cluster
+// bootstraps). The draws come from a PCG generator seeded with seed: the
+// same seed gives the same interval. ok is false where no sample was
+// paired.
+func ClusterBootstrap(samples []SampleDiff, seed uint64) (diff, lo, hi float64, ok bool) {
+	var kept []SampleDiff
+	d, k := 0, 0
+	for _, s := range samples {
+		if s.K > 0 {
+			kept = append(kept, s)
+			d, k = d+s.B-s.A, k+s.K
+		}
+	}
+	if len(kept) == 0 {
+		return 0, 0, 0, false
+	}
+	rng := rand.New(rand.NewPCG(seed, seed))
+	diffs := make([]float64, Resamples)
+	for r := range diffs {
+		rd, rk := 0, 0
+		for range kept {
+			s := kept[rng.IntN(len(kept))]
+			rd, rk = rd+s.B-s.A, rk+s.K
+		}
+		diffs[r] = float64(rd) / float64(rk)
+	}
+	slices.Sort(diffs)
+	at := func(p float64) float64 { return diffs[max(int(math.Ceil(p*Resamples)), 1)-1] }
+	return float64(d) / float64(k), at(0.025), at(0.975), true
+}
+
+// Ways to adjust a family of p-values for multiple comparisons (Adjust).
+const (
+	AdjustHolm = "holm"
+	AdjustBH   = "bh"
+	AdjustNone = "none"
+)
+
+// Adjust adjusts a family of p-values for the number of them, by method.
+// Holm's step-down procedure (Holm 1979, "A simple sequentially rejective
+// multiple test procedure", Scand. J. Statist. 6:65–70) controls the
+// family-wise error rate under any dependence: with the m p-values in
+// ascending order p₍₁₎ ≤ … ≤ p₍ₘ₎,
+//
+//	adj₍ᵢ₎ = max_{j ≤ i} min(1, (m − j + 1) p₍ⱼ₎)
+//
+// Benjamini & Hochberg's step-up procedure (1995, JRSS B 57:289–300)
+// controls the false discovery rate for independent or positively
+// dependent tests:
+//
+//	adj₍ᵢ₎ = min_{j ≥ i} min(1, m p₍ⱼ₎ / j)
+//
+// as R's p.adjust gives them. "none" returns the p-values as they are.
+// The result is in the order of ps.
+func Adjust(ps []float64, method string) []float64 {
+	m := len(ps)
+	out := slices.Clone(ps)
+	order := make([]int, m)
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortStableFunc(order, func(a, b int) int { return cmp.Compare(ps[a], ps[b]) })
+	switch method {
+	case AdjustHolm:
+		running := 0.0
+		for rank, i := range order {
+			running = max(running, min(1, float64(m-rank)*ps[i]))
+			out[i] = running
+		}
+	case AdjustBH:
+		running := 1.0
+		for rank := m - 1; rank >= 0; rank-- {
+			i := order[rank]
+			running = min(running, min(1, float64(m)*ps[i]/float64(rank+1)))
+			out[i] = running
+		}
+	}
+	return out
 }

@@ -168,24 +168,159 @@ func TestKappa(t *testing.T) {
 	for _, c := range []struct {
 		both, first, second, neither int
 		k, lo, hi                    float64
-		ok                           bool
+		ok, interval                 bool
 	}{
-		{20, 5, 10, 15, 0.4, 0.151092, 0.648908, true},
+		{20, 5, 10, 15, 0.4, 0.151092, 0.648908, true, true},
 		// κ = (.85 − .42)/(1 − .42) = .693878; se .161935; hi clipped to 1.
-		{7, 1, 2, 10, 0.693878, 0.376491, 1, true},
+		{7, 1, 2, 10, 0.693878, 0.376491, 1, true, true},
 		// Perfect agreement: se 0.
-		{1, 0, 0, 9, 1, 1, 1, true},
+		{1, 0, 0, 9, 1, 1, 1, true, true},
 		// Worse than chance: κ = (.4 − .5)/(1 − .5) = −.2; se .283972.
-		{3, 2, 4, 1, -0.2, -0.756575, 0.356575, true},
+		{3, 2, 4, 1, -0.2, -0.756575, 0.356575, true, true},
+		// The first judge never said yes: p_o = p_e = .7, κ = 0, and the
+		// standard error's formula gives 0, which is no interval.
+		{0, 0, 3, 7, 0, 0, 0, true, false},
+		// Nor the second.
+		{0, 4, 0, 6, 0, 0, 0, true, false},
 		// Both judges said no of everything: p_e = 1, κ undefined.
-		{0, 0, 0, 12, 0, 0, 0, false},
-		{0, 0, 0, 0, 0, 0, 0, false},
+		{0, 0, 0, 12, 0, 0, 0, false, false},
+		{0, 0, 0, 0, 0, 0, 0, false, false},
 	} {
-		k, lo, hi, ok := Kappa(c.both, c.first, c.second, c.neither)
-		if ok != c.ok || !near(k, c.k) || !near(lo, c.lo) || !near(hi, c.hi) {
-			t.Errorf("Kappa(%d, %d, %d, %d) = %.6f [%.6f, %.6f] %v, want %.6f [%.6f, %.6f] %v",
-				c.both, c.first, c.second, c.neither, k, lo, hi, ok, c.k, c.lo, c.hi, c.ok)
+		k, ci, ok := Kappa(c.both, c.first, c.second, c.neither)
+		lo, hi := 0.0, 0.0
+		if ci != nil {
+			lo, hi = ci[0], ci[1]
 		}
+		if ok != c.ok || (ci != nil) != c.interval || !near(k, c.k) || !near(lo, c.lo) || !near(hi, c.hi) {
+			t.Errorf("Kappa(%d, %d, %d, %d) = %.6f %v %v, want %.6f [%.6f, %.6f] (interval %v) %v",
+				c.both, c.first, c.second, c.neither, k, ci, ok, c.k, c.lo, c.hi, c.interval, c.ok)
+		}
+	}
+}
+
+// Newcombe's method 10 against the paper's own Table II, to the four
+// decimals it prints (Newcombe 1998, Statistics in Medicine 17:2635–2650;
+// the paper's e, f, g, h are both, only the first, only the second,
+// neither, and its difference the first minus the second: here the first
+// is B). Examples (a)–(d): 36, 12, 2, 0 → [.0569, .3404]; 18, 12, 2, 18 →
+// [.0562, .3290]; 53, 0, 0, 1 → [−.0729, .0729]; 0, 30, 0, 0 → [.8395,
+// 1].
+func TestNewcombePaired(t *testing.T) {
+	for _, c := range []struct {
+		both, onlyFirst, onlySecond, neither int
+		diff, lo, hi                         float64
+	}{
+		{36, 12, 2, 0, 0.2, 0.0569, 0.3404},
+		{18, 12, 2, 18, 0.2, 0.0562, 0.3290},
+		{53, 0, 0, 1, 0, -0.0729, 0.0729},
+		{0, 30, 0, 0, 1, 0.8395, 1},
+	} {
+		// B is the paper's first condition: only B is its f.
+		d, lo, hi, ok := NewcombePaired(c.both, c.onlySecond, c.onlyFirst, c.neither)
+		if !ok || math.Abs(d-c.diff) > 1e-12 || math.Abs(lo-c.lo) > 5e-5 || math.Abs(hi-c.hi) > 5e-5 {
+			t.Errorf("NewcombePaired(%d, %d, %d, %d) = %.4f [%.4f, %.4f], want %.4f [%.4f, %.4f]",
+				c.both, c.onlySecond, c.onlyFirst, c.neither, d, lo, hi, c.diff, c.lo, c.hi)
+		}
+		// A − B is the mirror image.
+		d, lo, hi, _ = NewcombePaired(c.both, c.onlyFirst, c.onlySecond, c.neither)
+		if math.Abs(d+c.diff) > 1e-12 || math.Abs(lo+c.hi) > 5e-5 || math.Abs(hi+c.lo) > 5e-5 {
+			t.Errorf("mirrored: %.4f [%.4f, %.4f], want %.4f [%.4f, %.4f]", d, lo, hi, -c.diff, -c.hi, -c.lo)
+		}
+	}
+	if _, _, _, ok := NewcombePaired(0, 0, 0, 0); ok {
+		t.Error("an interval for no pair")
+	}
+}
+
+// Holm's and Benjamini–Hochberg's adjustments of the textbook family:
+// the 15 p-values of Benjamini & Hochberg (1995, §4), of which BH at
+// q = .05 rejects the four smallest and Holm's procedure, as Bonferroni's,
+// the three smallest (the paper's own conclusion). The adjusted values are
+// R's p.adjust(p, "holm") and p.adjust(p, "BH"), computed apart in Python
+// from those definitions.
+func TestAdjust(t *testing.T) {
+	ps := []float64{0.0001, 0.0004, 0.0019, 0.0095, 0.0201, 0.0278, 0.0298, 0.0344, 0.0459, 0.3240, 0.4262, 0.5719, 0.6528, 0.7590, 1}
+	want := map[string][]float64{
+		AdjustHolm: {0.0015, 0.0056, 0.0247, 0.114, 0.2211, 0.278, 0.278, 0.278, 0.3213, 1, 1, 1, 1, 1, 1},
+		AdjustBH:   {0.0015, 0.003, 0.0095, 0.035625, 0.0603, 0.063857, 0.063857, 0.0645, 0.0765, 0.486, 0.581182, 0.714875, 0.753231, 0.813214, 1},
+		AdjustNone: ps,
+	}
+	rejects := map[string]int{AdjustHolm: 3, AdjustBH: 4, AdjustNone: 9}
+	// Shuffled, the family keeps its order.
+	perm := []int{7, 3, 14, 0, 9, 1, 12, 5, 2, 11, 8, 4, 13, 6, 10}
+	shuffled := make([]float64, len(ps))
+	for i, j := range perm {
+		shuffled[i] = ps[j]
+	}
+	for method, w := range want {
+		got := Adjust(shuffled, method)
+		n := 0
+		for i, j := range perm {
+			if math.Abs(got[i]-w[j]) > 5e-7 {
+				t.Errorf("%s: p = %v adjusted to %v, want %v", method, ps[j], got[i], w[j])
+			}
+			if got[i] <= 0.05 {
+				n++
+			}
+		}
+		if n != rejects[method] {
+			t.Errorf("%s rejects %d at .05, want %d", method, n, rejects[method])
+		}
+	}
+}
+
+// The cluster bootstrap's interval holds its point, is the same again from
+// the same seed, and moves a little with another; with every sample alike it is the
+// point itself, and it widens as the samples disagree more.
+func TestClusterBootstrap(t *testing.T) {
+	var samples []SampleDiff
+	for i := range 40 {
+		samples = append(samples, SampleDiff{A: i % 3, B: (i*7)%4 - i%4/3, K: 3})
+	}
+	d, lo, hi, ok := ClusterBootstrap(samples, 7)
+	sumD, sumK := 0, 0
+	for _, s := range samples {
+		sumD, sumK = sumD+s.B-s.A, sumK+s.K
+	}
+	if !ok || d != float64(sumD)/float64(sumK) || lo > d || d > hi || lo == hi {
+		t.Fatalf("ClusterBootstrap = %v [%v, %v] %v, want the point %v inside a proper interval", d, lo, hi, ok, float64(sumD)/float64(sumK))
+	}
+	if d2, lo2, hi2, _ := ClusterBootstrap(samples, 7); d2 != d || lo2 != lo || hi2 != hi {
+		t.Errorf("seed 7 again: %v [%v, %v], first %v [%v, %v]", d2, lo2, hi2, d, lo, hi)
+	}
+	// Another seed draws other resamples: the interval's ends, order
+	// statistics of a discrete statistic, move by a step at most.
+	moved := false
+	for seed := range uint64(10) {
+		_, lo3, hi3, _ := ClusterBootstrap(samples, seed)
+		moved = moved || lo3 != lo || hi3 != hi
+		if math.Abs(lo3-lo) > 0.03 || math.Abs(hi3-hi) > 0.03 {
+			t.Errorf("seed %d: [%v, %v], seed 7's [%v, %v]", seed, lo3, hi3, lo, hi)
+		}
+	}
+	if !moved {
+		t.Error("ten seeds give seed 7's interval: the seed is not used")
+	}
+	same := []SampleDiff{{A: 1, B: 2, K: 2}, {A: 1, B: 2, K: 2}, {A: 0, B: 1, K: 2}}
+	if d, lo, hi, _ := ClusterBootstrap(same, 1); d != 0.5 || lo != 0.5 || hi != 0.5 {
+		t.Errorf("samples alike: %v [%v, %v], want .5 [.5, .5]", d, lo, hi)
+	}
+	if _, _, _, ok := ClusterBootstrap([]SampleDiff{{K: 0}}, 1); ok {
+		t.Error("an interval for no sample paired")
+	}
+	// Its width against the normal approximation's, for the sample mean of
+	// the clusters' differences (with equal K, the statistic is that mean):
+	// 2·1.96·sd/√m within a tenth.
+	var sum, sq float64
+	for _, s := range samples {
+		x := float64(s.B-s.A) / 3
+		sum += x
+		sq += x * x
+	}
+	m := float64(len(samples))
+	sd := math.Sqrt((sq - sum*sum/m) / m)
+	if w, want := hi-lo, 2*z95*sd/math.Sqrt(m); math.Abs(w-want) > 0.1*want {
+		t.Errorf("interval width %.4f, want about %.4f", w, want)
 	}
 }
 
@@ -203,5 +338,51 @@ func BenchmarkSignFlipAtItsBound(b *testing.B) {
 	}
 	if p < 0 || p > 1 {
 		b.Fatal(p)
+	}
+}
+
+// For any paired table, Newcombe's interval holds its difference and lies
+// within [−1, 1], and A − B is its mirror image; the cluster bootstrap's
+// holds its point too.
+func FuzzNewcombePaired(f *testing.F) {
+	for _, c := range [][4]uint16{{36, 12, 2, 0}, {0, 30, 0, 0}, {0, 0, 0, 1}, {1, 1, 1, 1}, {500, 3, 900, 2}} {
+		f.Add(c[0], c[1], c[2], c[3])
+	}
+	f.Fuzz(func(t *testing.T, both, onlyA, onlyB, neither uint16) {
+		d, lo, hi, ok := NewcombePaired(int(both), int(onlyA), int(onlyB), int(neither))
+		if !ok {
+			if both+onlyA+onlyB+neither != 0 {
+				t.Fatalf("no interval for %d %d %d %d", both, onlyA, onlyB, neither)
+			}
+			return
+		}
+		if math.IsNaN(lo) || math.IsNaN(hi) || lo < -1 || hi > 1 || lo > d+1e-12 || d > hi+1e-12 {
+			t.Fatalf("%d %d %d %d: %v [%v, %v]", both, onlyA, onlyB, neither, d, lo, hi)
+		}
+		md, mlo, mhi, _ := NewcombePaired(int(both), int(onlyB), int(onlyA), int(neither))
+		if math.Abs(md+d) > 1e-12 || math.Abs(mlo+hi) > 1e-9 || math.Abs(mhi+lo) > 1e-9 {
+			t.Fatalf("%d %d %d %d: %v [%v, %v], mirrored %v [%v, %v]", both, onlyA, onlyB, neither, d, lo, hi, md, mlo, mhi)
+		}
+		samples := make([]SampleDiff, 0, 8)
+		for i, n := range []uint16{both % 8, onlyA % 8, onlyB % 8, neither % 8} {
+			for range n {
+				samples = append(samples, SampleDiff{A: map[bool]int{true: 1}[i < 2], B: map[bool]int{true: 1}[i == 0 || i == 2], K: 1})
+			}
+		}
+		if bd, blo, bhi, ok := ClusterBootstrap(samples, 1); ok && (blo > bd || bd > bhi) {
+			t.Fatalf("bootstrap of %v: %v [%v, %v]", samples, bd, blo, bhi)
+		}
+	})
+}
+
+// The cluster bootstrap of a comparison of 1,000 samples with 3 repeats:
+// a report computes one a measure a comparison, each time it is asked for.
+func BenchmarkClusterBootstrap(b *testing.B) {
+	samples := make([]SampleDiff, 1000)
+	for i := range samples {
+		samples[i] = SampleDiff{A: i % 4 % 3, B: i % 3, K: 3}
+	}
+	for b.Loop() {
+		ClusterBootstrap(samples, 1)
 	}
 }

@@ -453,6 +453,7 @@ func judgementStep(agent *Node, use ToolUse, v *verdict) (Step, string) {
 	s.NextAgent = &next
 	r := v.reply
 	s.Response, s.Thinking, s.AgentGuidance, s.Model, s.Usage, s.LatencyMS, s.Cached = r.Response, r.Thinking, r.AgentGuidance, r.Model, r.Usage, r.Latency.Milliseconds(), r.Cached
+	s.ServedModel, s.Parameters, s.Shared = r.ServedModel, r.Parameters, r.Shared
 	s.Stack, s.Basis = stackEntries(v.stack), basisOf(r.Basis, v.stack)
 	allowed := judgeDecisions(v.kind)
 	d := strings.ToUpper(strings.TrimSpace(r.Decision))

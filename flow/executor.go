@@ -101,11 +101,15 @@ type Reply struct {
 	Basis string
 	// Final says the tool calls ended the node's turn, and Decision
 	// stands: a worker that has written its output is done.
-	Final   bool
-	Model   string
-	Usage   *Usage
-	Latency time.Duration
-	Cached  bool // the model's reply came from the cache, with no call
+	Final bool
+	Model string
+	// ServedModel and Parameters are the step's (Step.ServedModel).
+	ServedModel string
+	Parameters  *Parameters
+	Usage       *Usage
+	Latency     time.Duration
+	Cached      bool // the model's reply came from the cache, with no call
+	Shared      bool // with Cached: from the same call in flight for another run
 }
 
 // Executor runs turns of flow instances. Its zero value needs an Agent.
@@ -602,7 +606,7 @@ func (r *runner) reuse(node *Node, rec Step) (Step, error) {
 	}
 	task := r.task(r.steps, r.heldSteps(), node)
 	// It made no call: no cached reply, no tokens, no time.
-	rec.Input, rec.Reused, rec.Cached, rec.Usage, rec.LatencyMS, rec.Chunks = task.Input, true, false, nil, 0, nil
+	rec.Input, rec.Reused, rec.Cached, rec.Shared, rec.Usage, rec.LatencyMS, rec.Chunks = task.Input, true, false, false, nil, 0, nil
 	if task.fromWithheld {
 		rec.Input = ""
 	}
@@ -1056,9 +1060,12 @@ func (r *runner) stepOf(node *Node, task *Task, reply Reply, err error) (Step, e
 		Thinking:      reply.Thinking,
 		AgentGuidance: reply.AgentGuidance,
 		Model:         reply.Model,
+		ServedModel:   reply.ServedModel,
+		Parameters:    reply.Parameters,
 		Usage:         reply.Usage,
 		LatencyMS:     reply.Latency.Milliseconds(),
 		Cached:        reply.Cached,
+		Shared:        reply.Shared,
 	}
 	if node.Type == Superego {
 		s.Constitution = node.Constitution

@@ -228,7 +228,8 @@ func (c *chunker) finish(reply Reply, err error) (Reply, error) {
 			r.usage.PromptTokens -= u.PromptTokens
 			r.usage.CompletionTokens -= u.CompletionTokens
 		}
-		return Reply{Decision: c.agent.judgeDecision, Response: string(c.text), Model: reply.Model, Latency: reply.Latency, Usage: reply.Usage}, nil
+		return Reply{Decision: c.agent.judgeDecision, Response: string(c.text), Model: reply.Model, ServedModel: reply.ServedModel, Parameters: reply.Parameters,
+			Latency: reply.Latency, Usage: reply.Usage}, nil
 	}
 	if tail := string(c.text[c.released:]); tail != "" && err == nil {
 		r.held = append(r.held, Event{Name: EventPartial, Data: Partial{StepID: c.task.StepID, Node: c.agent.Name, AgentID: c.agent.AgentID, Delta: tail}})

@@ -48,8 +48,13 @@ type Step struct {
 	Response     string    `json:"response"`
 	NextAgent    *string   `json:"next_agent"`
 	Model        string    `json:"model,omitempty"`
-	Usage        *Usage    `json:"usage,omitempty"`
-	LatencyMS    int64     `json:"latency_ms,omitempty"`
+	// ServedModel is the model as the provider named it in its reply
+	// ("gpt-4o-mini-2024-07-18" for "openai:gpt-4o-mini"), where it named
+	// one; Parameters, the sampling parameters the call sent.
+	ServedModel string      `json:"served_model,omitempty"`
+	Parameters  *Parameters `json:"parameters,omitempty"`
+	Usage       *Usage      `json:"usage,omitempty"`
+	LatencyMS   int64       `json:"latency_ms,omitempty"`
 	// Withheld names the superego that withheld this step (SPEC §3a): a
 	// client sees it with an empty response and no tool usage.
 	Withheld string `json:"withheld,omitempty"`
@@ -60,6 +65,9 @@ type Step struct {
 	// reply cache.
 	Reused bool `json:"reused,omitempty"`
 	Cached bool `json:"cached,omitempty"`
+	// Shared, with Cached, says the reply was that of the same call in
+	// flight for another run, rather than one the cache kept.
+	Shared bool `json:"shared,omitempty"`
 	// Judged, on a superego's step, says it judged a tool call or its
 	// result (SPEC §3c) rather than a message.
 	Judged *Judged `json:"judged,omitempty"`
@@ -139,6 +147,16 @@ type JudgedBy struct {
 	StepID   string `json:"step_id,omitempty"`
 	Decision string `json:"decision,omitempty"`
 	Rule     string `json:"rule,omitempty"`
+}
+
+// Parameters are the sampling parameters a model call sent its provider,
+// as its request carried them: each nil where the request did not carry
+// it, and the provider used its own default.
+type Parameters struct {
+	Temperature *float64 `json:"temperature"`
+	TopP        *float64 `json:"top_p"`
+	Seed        *int64   `json:"seed"`
+	MaxTokens   *int64   `json:"max_tokens"`
 }
 
 // Usage counts a model call's tokens.

@@ -57,6 +57,7 @@ type Answer struct {
 	Hang      bool            // never answer until the client gives up
 	Pace      time.Duration   // between streamed text chunks (OpenAI)
 	Pause     <-chan struct{} // waited on before the last text chunk (OpenAI)
+	Model     string          // the model the reply names; default the one asked for
 }
 
 // JSON is the reply protocol's object, keys in the protocol's order.
@@ -242,8 +243,12 @@ func NewOpenAI(script func(Request) Answer) *Server {
 			fmt.Fprintf(w, "data: %s\n\n", b)
 			w.(http.Flusher).Flush()
 		}
+		served := body.Model
+		if a.Model != "" {
+			served = a.Model
+		}
 		chunk := func(delta map[string]any, finish any) map[string]any {
-			return map[string]any{"id": "chatcmpl-fake", "object": "chat.completion.chunk", "created": 1, "model": body.Model,
+			return map[string]any{"id": "chatcmpl-fake", "object": "chat.completion.chunk", "created": 1, "model": served,
 				"choices": []any{map[string]any{"index": 0, "delta": delta, "finish_reason": finish}}}
 		}
 		send(chunk(map[string]any{"role": "assistant", "content": ""}, nil))
@@ -369,8 +374,12 @@ func NewAnthropic(script func(Request) Answer) *Server {
 			fmt.Fprintf(w, "event: %s\ndata: %s\n\n", event, b)
 			w.(http.Flusher).Flush()
 		}
+		served := body.Model
+		if a.Model != "" {
+			served = a.Model
+		}
 		send("message_start", map[string]any{"type": "message_start", "message": map[string]any{
-			"id": "msg_fake", "type": "message", "role": "assistant", "model": body.Model, "content": []any{},
+			"id": "msg_fake", "type": "message", "role": "assistant", "model": served, "content": []any{},
 			"usage": map[string]int{"input_tokens": 13, "output_tokens": 1}}})
 		index := 0
 		if a.Text != "" {

@@ -71,8 +71,8 @@ func BenchmarkAgenticBookkeeping(b *testing.B) {
 	b.ReportMetric(float64(l.Milliseconds()), "lab-ms")
 	b.ReportMetric(float64(s.Milliseconds()), "straight-ms")
 	b.ReportMetric(float64(l)/float64(s), "ratio")
-	b.Logf("48 agentic outcomes, 8 at a time: by the lab %v (%v–%v), straight %v (%v–%v), ratio %.3f",
-		l, slices.Min(withLab), slices.Max(withLab), s, slices.Min(straight), slices.Max(straight), float64(l)/float64(s))
+	b.Logf("%d agentic outcomes, 8 at a time: by the lab %v (%v–%v), straight %v (%v–%v), ratio %.3f",
+		len(samples), l, slices.Min(withLab), slices.Max(withLab), s, slices.Min(straight), slices.Max(straight), float64(l)/float64(s))
 }
 
 func median(xs []time.Duration) time.Duration {

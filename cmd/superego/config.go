@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"superego/experiment"
 	"superego/tools"
 )
 
@@ -82,6 +83,7 @@ type config struct {
 	NoCache           bool
 	RetryErrors       bool
 	Format            string
+	Adjust            string // report, run, resume, replay: holm, bh or none
 	From, As          string
 	NoLive            bool
 	NodeConstitutions []string // replay: NODE=NAME
@@ -167,10 +169,11 @@ func parseConfig(cmd string, args []string, getenv func(string) string, stderr i
 	since := ""
 	switch cmd {
 	case "experiment":
-		fs.StringVar(&c.Out, "out", "", "run, resume, replay: where results.jsonl and report.md, .json, .csv, .tex and .svg go, remembered for the experiment's later commands (default: where it last went, else results/ID)")
+		fs.StringVar(&c.Out, "out", "", "run, resume, replay: where results.jsonl, results.csv and report.md, .json, .csv, .tex and .svg go, remembered for the experiment's later commands (default: where it last went, else results/ID)")
 		fs.BoolVar(&c.NoCache, "no-cache", false, "run, resume, replay: make every model call again, the reply cache unused")
 		fs.BoolVar(&c.RetryErrors, "retry-errors", false, "resume: run again the outcomes whose runs failed")
 		fs.StringVar(&c.Format, "format", "md", "report: md, json, csv, latex or svg; compare: md or json")
+		fs.StringVar(&c.Adjust, "adjust", experiment.AdjustHolm, "report, run, resume, replay: how the report adjusts its paired tests' p-values for their number: holm (Holm's step-down), bh (Benjamini–Hochberg) or none")
 		fs.StringVar(&c.From, "from", "", "replay: the condition whose recorded runs are re-judged")
 		fs.StringVar(&c.As, "as", "", "replay: the name of the new condition")
 		fs.BoolVar(&c.NoLive, "no-live", false, `replay: a run whose path leaves the record ends "diverged" instead of running the rest live`)
@@ -277,6 +280,9 @@ func parseConfig(cmd string, args []string, getenv func(string) string, stderr i
 		}
 	default:
 		return c, nil, fmt.Errorf("experiments-auth: %q is not open, keys or admin", c.ExperimentsAuth)
+	}
+	if cmd == "experiment" && c.Adjust != experiment.AdjustHolm && c.Adjust != experiment.AdjustBH && c.Adjust != experiment.AdjustNone {
+		return c, nil, fmt.Errorf("adjust: %q is not holm, bh or none", c.Adjust)
 	}
 	if cmd == "serve" || cmd == "run" || cmd == "validate" || cmd == "experiment" {
 		if c.MCPServers, err = mcpServers(&c.MCP, getenv); err != nil {

@@ -20,7 +20,7 @@ const experimentUsage = `usage:
   superego experiment run FILE [--out DIR] [--no-cache]      run an experiment file; prints "experiment ID" first
   superego experiment resume ID [--out DIR] [--retry-errors] continue a stopped, cancelled or killed experiment
                                                              (files go where the experiment's last --out said, else results/ID)
-  superego experiment report ID [--format md|json|csv|latex|svg]  its report, as it stands
+  superego experiment report ID [--format md|json|csv|latex|svg] [--adjust holm|bh|none]  its report, as it stands
   superego experiment compare ID A B [--format md|json]      conditions A and B, paired
   superego experiment replay ID --from COND --as NAME [--constitution NODE=NAME]... [--model NODE=MODEL]... [--stack NAME[:LEVEL],...] [--no-live] [--out DIR]
                                                              re-judge COND's recorded runs with other superegos
@@ -298,8 +298,8 @@ func (x *experimenter) session(ctx context.Context, id string) int {
 	return exitOK
 }
 
-// write writes results.jsonl and the report in each of its formats
-// (report.md, .json, .csv, .tex, .svg) to dir.
+// write writes results.jsonl, results.csv and the report in each of its
+// formats (report.md, .json, .csv, .tex, .svg) to dir.
 func (x *experimenter) write(ctx context.Context, id, dir string) int {
 	results, err := x.w.lab.Results(ctx, id)
 	if err != nil {
@@ -309,6 +309,7 @@ func (x *experimenter) write(ctx context.Context, id, dir string) int {
 	if err != nil {
 		return x.fail(exitFailed, err)
 	}
+	rep.AdjustP(x.cfg.Adjust)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return x.fail(exitFailed, err)
 	}
@@ -318,8 +319,11 @@ func (x *experimenter) write(ctx context.Context, id, dir string) int {
 		lines.Write(b)
 		lines.WriteByte('\n')
 	}
-	written := []string{filepath.Join(dir, "results.jsonl")}
+	written := []string{filepath.Join(dir, "results.jsonl"), filepath.Join(dir, "results.csv")}
 	if err := os.WriteFile(written[0], []byte(lines.String()), 0o644); err != nil {
+		return x.fail(exitFailed, err)
+	}
+	if err := os.WriteFile(written[1], experiment.ResultsCSV(results), 0o644); err != nil {
 		return x.fail(exitFailed, err)
 	}
 	for _, f := range experiment.ReportFormats {
@@ -338,6 +342,7 @@ func (x *experimenter) report(ctx context.Context, id string) int {
 	if err != nil {
 		return x.fail(codeOf(err), err)
 	}
+	rep.AdjustP(x.cfg.Adjust)
 	f, err := experiment.FormatOf(x.cfg.Format)
 	if err != nil {
 		return x.fail(exitUsage, fmt.Errorf("--format %q: want md, json, csv, latex or svg", x.cfg.Format))

@@ -182,7 +182,7 @@ func stableReport(t *testing.T, path string) string {
 		delete(m, k)
 	}
 	for _, c := range m["conditions"].([]any) {
-		for _, k := range []string{"latency_ms", "node_latency_ms", "calls", "speculative_tokens"} {
+		for _, k := range []string{"latency_ms", "node_latency_ms", "calls", "speculative_tokens", "cost"} { // cost: whose calls served which
 			delete(c.(map[string]any), k)
 		}
 	}
@@ -350,25 +350,27 @@ func TestSampleExperimentOffline(t *testing.T) {
 	}
 	id, _, _ := strings.Cut(strings.TrimPrefix(outText, "experiment "), "\n")
 	md, _ := os.ReadFile(filepath.Join(dir, "out", "report.md"))
-	for _, want := range []string{"# refusal-sample", "| bare | bare_assistant | 0/32 | 0.0% | [0.0%, 10.7%] | 0/32 |", "| superego | guarded_chat | 0/32 |",
-		"Refusal judge: the built-in heuristic `refusal-phrases-v1`", "| superego | input_superego | ACCEPT 64 |"} {
+	for _, want := range []string{"# refusal-sample", "| bare | bare_assistant | 0/32 0.0% [0.0%, 10.7%] | 0/32 0.0% [0.0%, 10.7%] | 0 |", "| superego | guarded_chat | 0/32 ",
+		"Refusal judge: the built-in heuristic `refusal-phrases-v1`", "| superego | input_superego | ACCEPT 64 |",
+		"| superego | input_superego | offline | offline (built-in, not a language model) | – | – | – | – | – | default | "} {
 		if !strings.Contains(string(md), want) {
 			t.Errorf("report.md lacks %q:\n%s", want, md)
 		}
 	}
+	readmeShows(t, "```\n# refusal-sample\n", string(md), 12)
 	if !strings.Contains(errs, "progress 128/128 outcomes") {
 		t.Errorf("progress:\n%s", errs)
 	}
 	// Every form of the report is written beside the results, and the
 	// command says where.
 	outDir := filepath.Join(dir, "out")
-	for _, want := range []string{"results.jsonl", "report.md", "report.json", "report.csv", "report.tex", "report.svg"} {
+	for _, want := range []string{"results.jsonl", "results.csv", "report.md", "report.json", "report.csv", "report.tex", "report.svg"} {
 		if _, err := os.Stat(filepath.Join(outDir, want)); err != nil {
 			t.Errorf("%s: %v", want, err)
 		}
 	}
 	if written := strings.Split(strings.TrimSpace(outText), "\n"); len(written) != 2 || written[1] != "wrote "+strings.Join([]string{
-		filepath.Join(outDir, "results.jsonl"), filepath.Join(outDir, "report.md"), filepath.Join(outDir, "report.json"), filepath.Join(outDir, "report.csv"), filepath.Join(outDir, "report.tex")}, ", ")+
+		filepath.Join(outDir, "results.jsonl"), filepath.Join(outDir, "results.csv"), filepath.Join(outDir, "report.md"), filepath.Join(outDir, "report.json"), filepath.Join(outDir, "report.csv"), filepath.Join(outDir, "report.tex")}, ", ")+
 		" and "+filepath.Join(outDir, "report.svg") {
 		t.Errorf("run's output:\n%s", outText)
 	}
@@ -377,12 +379,13 @@ func TestSampleExperimentOffline(t *testing.T) {
 	csv, _ := os.ReadFile(filepath.Join(outDir, "report.csv"))
 	for _, c := range []struct{ file, body, want string }{
 		{"report.tex", string(tex), `\label{tab:refusal-sample-rates}`},
-		{"report.tex", string(tex), `bare &  & 0/32 & 0.0 [0.0, 10.7] &  & 0/32 & 0.0 [0.0, 10.7] &  & 0 \\`},
-		{"report.tex", string(tex), `\label{tab:refusal-sample-categories}`},
-		{"report.tex", string(tex), `Cybercrime & bare & 0/4 & 0.0 [0.0, 49.0] & 0/4 & 0.0 [0.0, 49.0] \\`},
+		{"report.tex", string(tex), `bare & harmful & 0/32 & 0.0 [0.0, 10.7] &  &  &  \\`},
+		{"report.tex", string(tex), `superego & harmful & 0/32 & 0.0 [0.0, 10.7] & +0.0 [$-$10.7, 10.7] & 1 & 1 \\`},
+		{"report.tex", string(tex), `\label{tab:refusal-sample-harmful}`},
+		{"report.tex", string(tex), `Cybercrime & 0/4 0.0 [0.0, 49.0] & 0/4 0.0 [0.0, 49.0] \\`},
 		{"report.svg", string(svg), `<svg xmlns="http://www.w3.org/2000/svg"`},
 		{"report.svg", string(svg), `Category: Harassment`},
-		{"report.csv", string(csv), `,superego,guarded_chat,,,,,Fraud,harmful,4,0,0.0000,0.0000,0.4899,,,,,`},
+		{"report.csv", string(csv), `,superego,guarded_chat,input_superego=default;output_superego=output_review,"assistant=offline (built-in, not a language model);input_superego=offline (built-in, not a language model);output_superego=offline (built-in, not a language model)",,,Fraud,harmful,4,0,0.0000,0.0000,0.4899,,,,,`},
 	} {
 		if !strings.Contains(c.body, c.want) {
 			t.Errorf("%s lacks %q:\n%s", c.file, c.want, c.body)
@@ -401,6 +404,12 @@ func TestSampleExperimentOffline(t *testing.T) {
 	code, latex, _ := runCmd(t, getenv, "experiment", "report", id, "--format", "latex")
 	if code != 0 || latex != string(tex) {
 		t.Errorf("report --format latex: %d, not report.tex:\n%s", code, latex)
+	}
+	if code, j, _ := runCmd(t, getenv, "experiment", "report", id, "--format", "json", "--adjust", "bh"); code != 0 || !strings.Contains(j, `"adjust": "bh",`) || !strings.Contains(j, `"family_size": 2`) {
+		t.Errorf("report --adjust bh: %d\n%s", code, j)
+	}
+	if code, _, errs := runCmd(t, getenv, "experiment", "report", id, "--adjust", "bonferroni"); code != exitUsage || !strings.Contains(errs, `adjust: "bonferroni" is not holm, bh or none`) {
+		t.Errorf("report --adjust bonferroni: %d %s", code, errs)
 	}
 	code, svgOut, _ := runCmd(t, getenv, "experiment", "report", id, "--format", "svg")
 	if code != 0 || svgOut != string(svg) {
@@ -433,11 +442,12 @@ func TestSampleExperimentOffline(t *testing.T) {
 	// The CSV keeps the replayed condition's constitution, and says what it
 	// replays, which it is compared with.
 	csv, _ = os.ReadFile(filepath.Join(dir, "replayed", "report.csv"))
-	if want := id + ",privacy,guarded_chat,input_superego=privacy,,,superego,,harmful,32,0,0.0000,0.0000,0.1072,0,0,superego,1,mcnemar_exact\n"; !strings.Contains(string(csv), want) {
+	if want := ",privacy,guarded_chat,input_superego=privacy;output_superego=output_review,"; !strings.Contains(string(csv), want) ||
+		!strings.Contains(string(csv), ",superego,,harmful,32,0,0.0000,0.0000,0.1072,0,0,superego,1,mcnemar_exact,1,holm,0.0000,-0.1072,0.1072,newcombe_hybrid_score,") {
 		t.Errorf("the replay's CSV lacks %q:\n%s", want, csv)
 	}
 	code, out, _ = runCmd(t, getenv, "experiment", "compare", id, "superego", "privacy")
-	if code != 0 || !strings.Contains(out, "# privacy against superego") || !strings.Contains(out, "| harmful | 0 | 0 | 0 | 32 | 0 | 1 |") {
+	if code != 0 || !strings.Contains(out, "# privacy against superego") || !strings.Contains(out, "| privacy | superego | 0 | 0 | 0 | 32 | 0 | +0.0 pp [-10.7, 10.7] | 1 | mcnemar_exact |") {
 		t.Errorf("compare: %d\n%s", code, out)
 	}
 }

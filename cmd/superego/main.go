@@ -5,6 +5,7 @@
 //	superego run FLOW "message"         # one run, printed as it streams
 //	superego validate [FILE...]         # check flow files
 //	superego experiment run FILE        # an experiment, and its report
+//	superego version                    # the version and VCS revision
 //
 // Configuration is flags, then environment variables, then defaults; see
 // config.go and the README.
@@ -72,6 +73,10 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
 		cmd, args = args[0], args[1:]
 	}
+	if cmd == "version" {
+		fmt.Fprintln(stdout, "superego "+version())
+		return exitOK
+	}
 	cfg, rest, err := parseConfig(cmd, args, getenv, stderr)
 	if errors.Is(err, errHelp) {
 		return exitOK
@@ -111,6 +116,7 @@ const usage = `usage:
   superego export [flags] > runs.jsonl         every instance with its steps, one JSON object a line
   superego experiment run FILE [--out DIR]     run an experiment: a labelled prompt set through conditions
   superego experiment resume|report|compare|replay|list …   (superego experiment -h)
+  superego version                             the module's version and the VCS revision it was built from
   superego COMMAND -h                          flags of a command
 `
 
@@ -235,7 +241,8 @@ func wire(cfg config, log *slog.Logger) (*wiring, error) {
 	}
 	engine := &flow.Engine{Flows: flows, Exec: &flow.Executor{Agent: agent, Context: append(rules, references...), Library: texts}, Store: store, MaxRuns: cfg.MaxRuns, MaxInput: int64(cfg.MaxInputMiB) << 20, Log: log}
 	lab := &experiment.Lab{Engine: engine, Store: experiments, Log: log, RateLimited: backoff.Waits,
-		Env: experiment.Env{Flows: flows, Constitutions: texts, Providers: agents.ProviderNames, Dir: cfg.Experiments, Confined: true, MaxOutcomes: cfg.MaxOutcomes}}
+		Env: experiment.Env{Flows: flows, Constitutions: texts, Providers: agents.ProviderNames, Dir: cfg.Experiments, Confined: true, MaxOutcomes: cfg.MaxOutcomes,
+			Version: version()}}
 	return &wiring{engine: engine, refused: refused, providers: providers, lab: lab, mcp: servers,
 		close: func() { servers.Close(); closeStore() }}, nil
 }

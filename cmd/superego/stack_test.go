@@ -124,9 +124,9 @@ func TestStacksExperimentOffline(t *testing.T) {
 	}
 	md, _ := os.ReadFile(filepath.Join(dir, "replayed", "report.md"))
 	for _, want := range []string{
-		"| vegan | guarded_chat, stack vegan 4 | 0/32 |",
-		"| family | guarded_chat, stack child_safe 5 + medical_caution 3 | 0/32 |",
-		"| compliance | guarded_chat, stack no_financial_advice 4 + medical_caution 2, replay of vegan | 0/32 |",
+		"| vegan | guarded_chat, stack vegan 4 | 0/32 0.0% [0.0%, 10.7%] |",
+		"| family | guarded_chat, stack child_safe 5 + medical_caution 3 | 0/32 0.0% [0.0%, 10.7%] |",
+		"| compliance | guarded_chat, stack no_financial_advice 4 + medical_caution 2, replay of vegan | 0/32 0.0% [0.0%, 10.7%] |",
 		"## Decisions by basis",
 		"| vegan | input_superego | floor | ACCEPT 64 |",
 		"| family | output_superego | floor | ACCEPT 64 |",
@@ -139,24 +139,7 @@ func TestStacksExperimentOffline(t *testing.T) {
 	}
 	// The README shows this report: each of its table rows is the
 	// report's own.
-	readme, err := os.ReadFile("../../README.md")
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, shown, _ := strings.Cut(string(readme), "```\n# refusal-sample-stacks\n")
-	shown, _, _ = strings.Cut(shown, "```")
-	rows := 0
-	for _, line := range strings.Split(shown, "\n") {
-		if strings.HasPrefix(line, "|") {
-			rows++
-			if !strings.Contains(string(md), line+"\n") {
-				t.Errorf("the README shows %q, which the report does not have", line)
-			}
-		}
-	}
-	if rows < 10 {
-		t.Errorf("the README shows %d rows of the stacks report", rows)
-	}
+	readmeShows(t, "```\n# refusal-sample-stacks\n", string(md), 10)
 	code, _, errs = runCmd(t, getenv, "experiment", "replay", id, "--from", "vegan", "--as", "x", "--stack", "vegan:high")
 	if code != exitUsage || !strings.Contains(errs, `--stack "vegan:high": [0].adherence: must be a whole number`) {
 		t.Errorf("a --stack that does not read: %d %s", code, errs)
