@@ -111,6 +111,10 @@ func (s *Server) experimentReport(w http.ResponseWriter, r *http.Request) error 
 	if err != nil {
 		return err
 	}
+	if adjust := r.URL.Query().Get("adjust"); adjust != "" && !rep.AdjustP(adjust) {
+		return &Error{Status: http.StatusBadRequest, Code: "invalid_request", Message: "invalid request",
+			Fields: []FieldError{{"adjust", fmt.Sprintf("%q is none of holm, bh, none", adjust)}}}
+	}
 	w.Header().Set("Content-Type", f.ContentType)
 	// The plot is an image on this origin: nothing in it may run, and it
 	// is not read as anything else.
@@ -143,6 +147,23 @@ func (s *Server) experimentResults(w http.ResponseWriter, r *http.Request) error
 		}
 	}
 	bw.Flush()
+	return nil
+}
+
+// experimentResultsCSV serves GET /experiments/{id}/results.csv: the
+// outcomes as one flat table, a row each.
+func (s *Server) experimentResultsCSV(w http.ResponseWriter, r *http.Request) error {
+	lab, err := s.lab()
+	if err != nil {
+		return err
+	}
+	results, err := lab.Results(r.Context(), chi.URLParam(r, "id"))
+	if err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "text/csv; charset=utf-8")
+	s.deadline(w)
+	w.Write(experiment.ResultsCSV(results))
 	return nil
 }
 

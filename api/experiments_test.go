@@ -2,6 +2,7 @@ package api_test
 
 import (
 	"context"
+	"encoding/csv"
 	"encoding/json"
 	"fmt"
 	"log/slog"
@@ -193,6 +194,20 @@ func TestExperimentsOverHTTP(t *testing.T) {
 	results := read(resp)
 	if resp.Header.Get("Content-Type") != "application/x-ndjson" || strings.Count(results, "\n") != 5 || !strings.Contains(results, `"sample_id":"h2"`) {
 		t.Errorf("results.jsonl: %s\n%s", resp.Header.Get("Content-Type"), results)
+	}
+	resp = f.do(t, "GET", "/experiments/"+id+"/results.csv", "")
+	rows, err := csv.NewReader(strings.NewReader(read(resp))).ReadAll()
+	if err != nil || resp.Header.Get("Content-Type") != "text/csv; charset=utf-8" || len(rows) != 6 || !slices.Contains(rows[0], "decision.input_superego") {
+		t.Errorf("results.csv: %s %v %v", resp.Header.Get("Content-Type"), err, rows)
+	}
+	for _, c := range []struct {
+		adjust string
+		status int
+	}{{"bh", 200}, {"none", 200}, {"bonferroni", 400}} {
+		resp := f.do(t, "GET", "/experiments/"+id+"/report.json?adjust="+c.adjust, "")
+		if b := read(resp); resp.StatusCode != c.status || c.status == 200 && !strings.Contains(b, `"adjust": "`+c.adjust+`"`) {
+			t.Errorf("report.json?adjust=%s: %d %.300s", c.adjust, resp.StatusCode, b)
+		}
 	}
 	// The report in each of its forms, as the command line writes them.
 	for _, c := range []struct{ format, ctype, want string }{

@@ -115,6 +115,7 @@ func (s *Server) Handler() http.Handler {
 	r.Get("/experiments/{id}", s.handler(s.getExperiment))
 	r.Get("/experiments/{id}/events", s.handler(s.experimentEvents))
 	r.Get("/experiments/{id}/results.jsonl", s.handler(s.experimentResults))
+	r.Get("/experiments/{id}/results.csv", s.handler(s.experimentResultsCSV))
 	r.Get("/experiments/{id}/report.{format}", s.handler(s.experimentReport))
 	r.Get("/experiments/{id}/compare", s.handler(s.compareExperiment))
 	r.With(s.experimenter).Post("/experiments/{id}/cancel", s.handler(s.cancelExperiment))
