@@ -73,7 +73,7 @@ func cacheKey(scope, model string, msgs []llms.MessageContent, tools []llms.Tool
 // shared that it was the call in flight's.
 func (a *Agent) generate(ctx context.Context, t *flow.Task, m Model, msgs []llms.MessageContent, tools []llms.Tool, opts []llms.CallOption) (reply cachedReply, cached, shared bool, err error) {
 	if a.Cache == nil || t.Cache == "" {
-		reply, err = call(ctx, m, msgs, opts)
+		reply, err = call(ctx, m, msgs, opts, len(t.Tags) > 0)
 		return reply, false, false, err
 	}
 	key := cacheKey(t.Cache, m.Name, msgs, tools, opts)
@@ -90,7 +90,7 @@ func (a *Agent) generate(ctx context.Context, t *flow.Task, m Model, msgs []llms
 		if c, ok := a.cached(ctx, key); ok {
 			return c, false, nil
 		}
-		c, err := call(ctx, m, msgs, append(slices.Clip(opts), llms.WithStreamingFunc(stream)))
+		c, err := call(ctx, m, msgs, append(slices.Clip(opts), llms.WithStreamingFunc(stream)), len(t.Tags) > 0)
 		if err != nil {
 			return cachedReply{}, false, err
 		}
@@ -131,11 +131,17 @@ func replayStream(ctx context.Context, stream streamFunc, c cachedReply) error {
 	return stream(ctx, []byte(c.Text))
 }
 
-// call makes the model call, and notes what its request sent and what
-// the provider's reply named (sent.go).
-func call(ctx context.Context, m Model, msgs []llms.MessageContent, opts []llms.CallOption) (cachedReply, error) {
+// call makes the model call, and, where it is an experiment's (watch:
+// the run is tagged with one), notes what its request sent and what the
+// provider's reply named (sent.go), which the experiment's provenance
+// reports: reading them reads the whole request again, which a served
+// run does not pay for.
+func call(ctx context.Context, m Model, msgs []llms.MessageContent, opts []llms.CallOption, watch bool) (cachedReply, error) {
 	rec := &exchange{}
-	resp, err := m.LLM.GenerateContent(context.WithValue(ctx, exchangeKey{}, rec), msgs, opts...)
+	if watch {
+		ctx = context.WithValue(ctx, exchangeKey{}, rec)
+	}
+	resp, err := m.LLM.GenerateContent(ctx, msgs, opts...)
 	if err != nil {
 		return cachedReply{}, err
 	}

@@ -30,10 +30,10 @@ func TestStepsSayWhatTheProviderServedAndWasSent(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			runOnce := func() []flow.Step {
+			run := func(opts flow.RunOptions) []flow.Step {
 				var steps []flow.Step
 				(&flow.Executor{Agent: agent}).Run(context.Background(),
-					flow.Turn{FlowID: "calc", Def: d, InstanceID: "i", RunID: "r", Input: "What is 5*10?", Options: flow.RunOptions{Cache: "repeat:0"}},
+					flow.Turn{FlowID: "calc", Def: d, InstanceID: "i", RunID: "r", Input: "What is 5*10?", Options: opts},
 					flow.Sink{Emit: func(evs ...flow.Event) error {
 						for _, e := range evs {
 							if s, ok := e.Data.(flow.Step); ok && s.Model != "" {
@@ -43,6 +43,10 @@ func TestStepsSayWhatTheProviderServedAndWasSent(t *testing.T) {
 						return nil
 					}})
 				return steps
+			}
+			// An experiment's runs are tagged with it, and recorded.
+			runOnce := func() []flow.Step {
+				return run(flow.RunOptions{Cache: "repeat:0", Tags: map[string]string{"experiment": "e"}})
 			}
 			made := runOnce()
 			reqs := c.server.Requests()
@@ -73,6 +77,13 @@ func TestStepsSayWhatTheProviderServedAndWasSent(t *testing.T) {
 			}
 			if len(c.server.Requests()) != 4 {
 				t.Errorf("the second run made calls")
+			}
+			// A served run is not: reading what a call sent costs a second
+			// reading of its request, which only a report needs.
+			for _, s := range run(flow.RunOptions{}) {
+				if s.ServedModel != "" || s.Parameters != nil {
+					t.Errorf("a served run's step %s records %q, %s", s.Node, s.ServedModel, jsonOf(s.Parameters))
+				}
 			}
 		})
 	}

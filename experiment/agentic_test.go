@@ -338,9 +338,10 @@ func TestEveryOutcomeRecordsCalls(t *testing.T) {
 }
 
 // stableOutcome is what an outcome says of its sample, without its ids, times
-// and how its calls were made: two runs of the same sample say the same.
+// and how its calls were made (the test's first session is not the lab's,
+// and records no provenance): two runs of the same sample say the same.
 func stableOutcome(o experiment.Outcome) string {
-	o.ExperimentID, o.InstanceID, o.WallMS, o.LatencyMS, o.Tokens, o.ModelCalls = "", "", 0, nil, nil, experiment.Calls{}
+	o.ExperimentID, o.InstanceID, o.WallMS, o.LatencyMS, o.Tokens, o.ModelCalls, o.Models = "", "", 0, nil, nil, experiment.Calls{}, nil
 	b, _ := json.Marshal(o)
 	return string(b)
 }

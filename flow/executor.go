@@ -42,8 +42,11 @@ type Task struct {
 	Supervised *Supervised
 
 	// Cache, where set, lets the agent reuse model replies recorded under
-	// it (RunOptions.Cache).
+	// it (RunOptions.Cache); Tags say what the run is part of
+	// (RunOptions.Tags): an experiment's runs record what their model
+	// calls sent and were answered, for its provenance.
 	Cache string
+	Tags  map[string]string
 
 	// Chunk, for a superego, asks it to judge one part of a draft that is
 	// still being written (judge_stream, SPEC §3a); Input is then unused.
@@ -1173,6 +1176,7 @@ func (r *runner) task(steps []Step, held map[string]bool, node *Node) *Task {
 		FlowID:      r.t.FlowID,
 		InstanceID:  r.t.InstanceID,
 		Cache:       r.t.Options.Cache,
+		Tags:        r.t.Options.Tags,
 		Node:        node,
 		StepID:      strconv.Itoa(len(steps) + 1),
 		UserMessage: r.t.Input,
