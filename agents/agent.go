@@ -15,6 +15,7 @@ import (
 	"github.com/tmc/langchaingo/llms"
 
 	"superego/flow"
+	"superego/gateway"
 	"superego/supervision"
 	"superego/tools"
 )
@@ -60,6 +61,9 @@ func (a *Agent) Act(ctx context.Context, t *flow.Task, emit func(flow.Event)) (f
 	timeout := a.Timeout
 	if timeout <= 0 {
 		timeout = 2 * time.Minute
+	}
+	if relays(t, m) {
+		return a.relay(ctx, t, m, emit, timeout)
 	}
 	o := a.offer(t)
 	var offered []llms.Tool
@@ -262,15 +266,23 @@ func toolChoice(t *flow.Task) any {
 	if t.Client == nil || len(t.Client.Choice) == 0 || string(t.Client.Choice) == "null" {
 		return nil
 	}
-	if n := len(t.ToolRounds); n > 0 {
-		last := t.ToolRounds[n-1].ToolUsage
-		if len(last) > 0 && !slices.ContainsFunc(last, func(u flow.ToolUse) bool { return !u.Refused }) {
-			return "auto"
-		}
+	if allRefused(t) {
+		return "auto"
 	}
 	var choice any
 	json.Unmarshal(t.Client.Choice, &choice)
 	return choice
+}
+
+// allRefused reports whether every call of the model's last reply was
+// refused: the model is asked again at once, with the tool choice its own.
+func allRefused(t *flow.Task) bool {
+	n := len(t.ToolRounds)
+	if n == 0 {
+		return false
+	}
+	last := t.ToolRounds[n-1].ToolUsage
+	return len(last) > 0 && !slices.ContainsFunc(last, func(u flow.ToolUse) bool { return !u.Refused })
 }
 
 // resolve finds the tools names name: a built-in tool by its name, an MCP
@@ -382,8 +394,12 @@ func (a *Agent) prepare(t *flow.Task, o *offered, c llms.ToolCall, i int, timeou
 	}
 	info := flow.ToolInfo{Description: tool.Description, ReadOnly: tool.ReadOnly, ClosedWorld: tool.ClosedWorld, Client: tool.Client}
 	if tool.Client {
-		if !strings.HasPrefix(use.ID, "call_") || len(use.ID) != len("call_")+32 {
-			use.ID = "call_" + flow.NewCallID() // the id the client answers with: it names this call only
+		prefix := "call_"
+		if t.Client.Wire == gateway.Messages {
+			prefix = "toolu_"
+		}
+		if !strings.HasPrefix(use.ID, prefix) || len(use.ID) != len(prefix)+32 {
+			use.ID = prefix + flow.NewCallID() // the id the client answers with: it names this call only
 		}
 		return use, info, nil // the client runs it
 	}

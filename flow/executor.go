@@ -216,7 +216,7 @@ func (r *runner) end(out Outcome) Outcome {
 	}
 	var end []Event
 	if out.Status == StatusFailed {
-		end = append(end, Event{Name: EventError, Data: ErrorData{ErrorCode(out.Err), out.Err.Error()}})
+		end = append(end, Event{Name: EventError, Data: ErrorData{Code: ErrorCode(out.Err), Message: out.Err.Error(), Node: r.cur}})
 	}
 	done := Done{InstanceID: t.InstanceID, Status: out.Status, Response: r.response, Usage: r.runUsage()}
 	if r.replay != nil {
@@ -227,9 +227,19 @@ func (r *runner) end(out Outcome) Outcome {
 	switch {
 	case out.Status == StatusAwaitingToolResult:
 		sent := map[string]bool{}
-		for _, w := range waitingResults(r.steps[r.turn+1:]) {
+		this := r.steps[r.turn+1:]
+		for _, w := range waitingResults(this) {
 			done.ToolCalls = append(done.ToolCalls, ToolCall{Node: w.node, ToolName: w.use.ToolName, Input: w.use.Input, ToolCallID: w.use.ID})
 			sent[w.use.ID] = true
+		}
+		// The answer's text is that of the reply whose calls go, where
+		// it was released: a held turn's stays held.
+		done.Response = ""
+		for i := len(this) - 1; i >= 0 && len(r.held) == 0; i-- {
+			if slices.ContainsFunc(this[i].ToolUsage, func(u ToolUse) bool { return sent[u.ID] }) {
+				done.Response = this[i].Response
+				break
+			}
 		}
 		end[len(end)-1].Data = done
 		if len(r.held) > 0 {
