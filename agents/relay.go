@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/http"
 	"slices"
 	"strings"
 	"time"
@@ -47,7 +48,13 @@ func (a *Agent) relay(ctx context.Context, t *flow.Task, m Model, emit func(flow
 		turn.Choice = &gateway.Choice{Mode: "auto"} // asked again, the choice is the model's
 	}
 	for _, s := range t.ToolRounds {
+		if len(s.ToolUsage) == 0 {
+			continue // a step of results read in their calls' places
+		}
 		rd := gateway.Round{Text: s.Response}
+		if s.Thinking != "" {
+			json.Unmarshal([]byte(s.Thinking), &rd.Thinking)
+		}
 		for _, u := range s.ToolUsage {
 			rd.Calls = append(rd.Calls, gateway.Call{ID: u.ID, Name: u.ToolName, Args: string(u.Input)})
 			rd.Results = append(rd.Results, gateway.Result{CallID: u.ID, Output: u.ResultText()})
@@ -73,8 +80,21 @@ func (a *Agent) relay(ctx context.Context, t *flow.Task, m Model, emit func(flow
 	defer cancel()
 	start := time.Now()
 	callCtx, observed := a.Observe.modelStarted(callCtx, t, m, nil, start)
-	got, err := m.Upstream.Call(callCtx, req.For(turn), sink)
+	up := *m.Upstream
+	if up.Wire == t.Client.Wire && len(t.Client.Header) > 0 {
+		up.Header = http.Header{}
+		for k, v := range t.Client.Header {
+			up.Header.Set(k, v)
+		}
+	}
+	got, err := up.Call(callCtx, req.For(turn), sink)
 	reply := flow.Reply{Model: m.Name, Latency: time.Since(start), Response: got.Text}
+	if len(got.Thinking) > 0 {
+		// The model's reasoning, which Anthropic wants back with its
+		// calls: hidden, as every step's thinking is.
+		b, _ := json.Marshal(got.Thinking)
+		reply.Thinking = string(b)
+	}
 	if got.Usage != (gateway.Usage{}) {
 		reply.Usage = &flow.Usage{PromptTokens: got.Usage.Input, CompletionTokens: got.Usage.Output}
 	}

@@ -176,6 +176,11 @@ func readModelBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {
 	return body, nil
 }
 
+// forwarded are the headers of a protocol's request that an upstream of
+// the same protocol is sent too: they change what it may answer (a beta
+// feature), as the body's fields do.
+var forwarded = map[string][]string{gateway.Messages: {"Anthropic-Beta", "Anthropic-Version"}}
+
 // readers read each protocol's request.
 var readers = map[string]func([]byte) (*gateway.Request, error){
 	gateway.Chat:      gateway.ReadChat,
@@ -222,6 +227,14 @@ func (s *Server) model(wire string) http.HandlerFunc {
 		}
 		if opts.Client != nil {
 			opts.Client.Wire, opts.Client.Body = wire, body
+			for _, h := range forwarded[wire] {
+				if v := r.Header.Get(h); v != "" {
+					if opts.Client.Header == nil {
+						opts.Client.Header = map[string]string{}
+					}
+					opts.Client.Header[h] = v
+				}
+			}
 		}
 		picks, err := readPicks(req.Constitutions)
 		if err != nil {
@@ -255,7 +268,11 @@ func (s *Server) model(wire string) http.HandlerFunc {
 			}
 		}
 		defer sub.Close()
-		w.Header().Set("X-Superego-Instance-Id", sub.Instance)
+		// The instance is the request's id, where clients show one: Claude
+		// Code prints request-id, OpenAI's clients and Codex x-request-id.
+		for _, h := range []string{"X-Superego-Instance-Id", "Request-Id", "X-Request-Id"} {
+			w.Header().Set(h, sub.Instance)
+		}
 		if len(dropped) > 0 {
 			w.Header().Set("X-Superego-Dropped", strings.Join(dropped, ", "))
 		}

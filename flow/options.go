@@ -72,6 +72,9 @@ type ClientTools struct {
 	Parallel *bool           `json:"parallel_tool_calls,omitempty"`
 	Wire     string          `json:"wire,omitempty"`
 	Body     json.RawMessage `json:"body,omitempty"`
+	// Header is the request's headers an upstream of the same protocol is
+	// sent too: Anthropic's anthropic-beta and anthropic-version.
+	Header map[string]string `json:"header,omitempty"`
 }
 
 // ClientInstructions is the agent id of a new instance's first step where

@@ -420,7 +420,7 @@ func readChatMessages(r *Request, raw json.RawMessage) error {
 		if msg.Role == nil {
 			return invalid(at+".role", "missing_required_parameter", "Missing required parameter: '%s.role'.", at)
 		}
-		it := Item{Role: *msg.Role, raw: m}
+		it := Item{Role: *msg.Role, raw: m, base: m}
 		parts, err := chatContent(at, *msg.Role, msg.Content)
 		if err != nil {
 			return err
@@ -469,9 +469,13 @@ func checkConversation(r *Request, field string) error {
 	if i, _ := r.Input(); i < 0 {
 		return invalid(field, "invalid_value", "Invalid value: '%s' has no user message, and a flow's input is the user's message.", field)
 	}
-	last := r.Items[len(r.Items)-1]
+	items := r.Items
+	for r.Wire == Messages && len(items) > 1 && items[len(items)-1].Role == RoleSystem {
+		items = items[:len(items)-1] // Claude Code puts its instructions after the user's message
+	}
+	last := items[len(items)-1]
 	if last.Role != RoleUser && last.Role != RoleTool {
-		at := fmt.Sprintf("%s[%d].role", field, len(r.Items)-1)
+		at := fmt.Sprintf("%s[%d].role", field, len(items)-1)
 		return invalid(at, "invalid_value", "Invalid value: the last message must be the user's, the flow's input, or a tool's result, and '%s' is %q.", at, last.Role)
 	}
 	return nil

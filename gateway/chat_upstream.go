@@ -180,11 +180,17 @@ func (r *Request) chatMessages() []json.RawMessage {
 					msg.ToolCalls = append(msg.ToolCalls, rawOr(raw, chatCall(*p.Call)))
 				}
 			}
+			if own && it.base != nil {
+				out = append(out, onto(it.base, map[string]any{"content": msg.Content, "tool_calls": msg.ToolCalls}))
+				continue
+			}
 			add(msg)
 		default: // user, tool: results first, each its own message, then the rest
 			var rest []Part
 			for _, p := range it.Parts {
-				if p.Result != nil {
+				if p.Result != nil && own && it.base != nil && it.Role == RoleTool {
+					out = append(out, onto(it.base, map[string]any{"content": p.Result.Output}))
+				} else if p.Result != nil {
 					add(map[string]string{"role": "tool", "tool_call_id": p.Result.CallID, "content": p.Result.Output})
 				} else if p.Kind == PartText || p.Kind == PartImage {
 					rest = append(rest, p)
@@ -361,4 +367,17 @@ func readChatStream(body io.Reader, sink Sink) (Reply, error) {
 	reply.Text = text.String()
 	flush(len(reply.Calls))
 	return reply, nil
+}
+
+// onto is the JSON object base with fields set to new values.
+func onto(base json.RawMessage, fields map[string]any) json.RawMessage {
+	var m map[string]json.RawMessage
+	if json.Unmarshal(base, &m) != nil {
+		m = map[string]json.RawMessage{}
+	}
+	for k, v := range fields {
+		m[k], _ = json.Marshal(v)
+	}
+	b, _ := json.Marshal(m)
+	return b
 }

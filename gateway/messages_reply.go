@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"encoding/json"
+	"strings"
 )
 
 // stopReasons are Anthropic's stop_reason for each stop reason.
@@ -27,7 +28,25 @@ type message struct {
 	Content      []json.RawMessage `json:"content"`
 	StopReason   *string           `json:"stop_reason"`
 	StopSequence *string           `json:"stop_sequence"`
+	StopDetails  *stopDetails      `json:"stop_details,omitempty"`
 	Usage        messageUsage      `json:"usage"`
+}
+
+// stopDetails explains a refusal: Claude Code shows the explanation, where
+// it would show its own words without it.
+type stopDetails struct {
+	Type        string  `json:"type"`
+	Category    *string `json:"category"`
+	Explanation string  `json:"explanation"`
+}
+
+// detailsOf are the stop details of an answer: a refusal's explanation is
+// its text.
+func detailsOf(a Answer) *stopDetails {
+	if a.Stop != StopRefusal {
+		return nil
+	}
+	return &stopDetails{Type: "refusal", Explanation: a.Text}
 }
 
 func toolUse(c Call) json.RawMessage {
@@ -60,7 +79,7 @@ func Message(a Answer) any {
 		m.Content = append(m.Content, toolUse(c))
 	}
 	reason := stopReasons[a.Stop]
-	m.StopReason = &reason
+	m.StopReason, m.StopDetails = &reason, detailsOf(a)
 	return m
 }
 
@@ -70,7 +89,9 @@ type messagesStream struct {
 	a     Answer
 	index int  // of the next block
 	open  bool // a text block is open, at index-1
+	text  strings.Builder // sent so far
 }
+
 
 func (s *messagesStream) event(name string, v any, flush bool) error {
 	data, err := json.Marshal(v)
@@ -96,6 +117,7 @@ func (s *messagesStream) Text(delta string) error {
 		}
 		s.index, s.open = s.index+1, true
 	}
+	s.text.WriteString(delta)
 	return s.event("content_block_delta", map[string]any{"type": "content_block_delta", "index": s.index - 1,
 		"delta": map[string]string{"type": "text_delta", "text": delta}}, true)
 }
@@ -134,8 +156,13 @@ func (s *messagesStream) End(a Answer) error {
 		s.index++
 	}
 	reason := stopReasons[a.Stop]
-	if err := s.event("message_delta", map[string]any{"type": "message_delta",
-		"delta": map[string]any{"stop_reason": reason, "stop_sequence": nil},
+	delta := map[string]any{"stop_reason": reason, "stop_sequence": nil}
+	full := a
+	full.Text = s.text.String() // End sent the rest of the text through Text
+	if d := detailsOf(full); d != nil {
+		delta["stop_details"] = d
+	}
+	if err := s.event("message_delta", map[string]any{"type": "message_delta", "delta": delta,
 		"usage": messageUsage{a.Usage.Input, a.Usage.Output}}, false); err != nil {
 		return err
 	}

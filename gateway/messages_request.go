@@ -271,7 +271,7 @@ func readMessagesMessages(r *Request, raw json.RawMessage) error {
 		if len(parts) == 0 {
 			return invalid(at+".content", "invalid_value", "%s.content: a message must not be empty", at)
 		}
-		r.Items = append(r.Items, Item{Role: msg.Role, Parts: parts, raw: m})
+		r.Items = append(r.Items, Item{Role: msg.Role, Parts: parts, raw: m, base: m})
 	}
 	return checkConversation(r, "messages")
 }

@@ -156,7 +156,11 @@ func (r *Request) anthropicMessages() (system []json.RawMessage, msgs []json.Raw
 				m.content = append(m.content, b)
 			}
 		}
-		if own { // in its place among the client's messages
+		if own && it.base != nil { // in its place among the client's messages, its other fields kept
+			msgs = append(msgs, onto(it.base, map[string]any{"content": append(m.results, m.content...)}))
+			continue
+		}
+		if own {
 			msgs = append(msgs, m.encode())
 			continue
 		}
@@ -198,8 +202,8 @@ func ownRaw(raw json.RawMessage, own bool) json.RawMessage {
 // anthropicBlock is a part as Anthropic's content block: nil for a part
 // that does not translate (a thinking block of another protocol).
 func anthropicBlock(p Part, own bool) json.RawMessage {
-	if raw := ownRaw(p.raw, own); raw != nil {
-		return raw
+	if raw := ownRaw(p.raw, own); raw != nil || p.Kind == PartThinking {
+		return raw // thinking is Anthropic's, from the client or the upstream, or none
 	}
 	switch p.Kind {
 	case PartText:

@@ -95,6 +95,10 @@ type Item struct {
 	Role  string
 	Parts []Part
 	raw   json.RawMessage // as sent, for an upstream of the same protocol; nil once changed
+	// base is the item as sent, changed or not: a changed item keeps the
+	// fields this package does not write (a chat message's name, its
+	// annotations) for an upstream of the same protocol.
+	base json.RawMessage
 }
 
 // Kinds of Parts.

@@ -175,13 +175,20 @@ func readResponsesTools(r *Request, raw json.RawMessage) error {
 			return wrongType(at, "a tool object", t)
 		}
 		if tool.Type != "function" {
-			return invalid(at+".type", "unsupported_value", "Unsupported value: '%s.type' is %q: a built-in tool of OpenAI's runs where no judge sees its calls; only function tools are taken.", at, tool.Type)
+			return invalid(at+".type", "unsupported_value", "Unsupported value: '%s.type' is %q: a built-in tool of OpenAI's runs where no judge sees its calls; only function tools are taken.%s", at, tool.Type, codexHint[tool.Type])
 		}
 		if err := r.addTool(at, Tool{Name: tool.Name, Description: tool.Description, Parameters: tool.Parameters, raw: t}); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// codexHint says how Codex, which sends these tools unless told not to,
+// is told not to.
+var codexHint = map[string]string{
+	"web_search": ` (Codex: set web_search = "disabled" in its config.toml.)`,
+	"namespace":  ` (Codex: set multi_agent = false under [features] in its config.toml.)`,
 }
 
 // readResponsesChoice reads tool_choice: "none", "auto", "required", or a

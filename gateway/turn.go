@@ -25,6 +25,9 @@ type Round struct {
 	Text    string
 	Calls   []Call
 	Results []Result
+	// Thinking is the reply's reasoning as the upstream gave it
+	// (Anthropic's thinking blocks, which must come back with its calls).
+	Thinking []json.RawMessage
 }
 
 // For is the request the agent's model is sent: the client's, with the
@@ -155,7 +158,7 @@ func findResult(items []Item, from int, id string) (int, int) {
 
 // reply is a round's reply as an item of the conversation.
 func reply(rd Round) Item {
-	it := Item{Role: RoleAssistant}
+	it := Item{Role: RoleAssistant, Parts: thinking(rd)}
 	if rd.Text != "" {
 		it.Parts = append(it.Parts, Part{Kind: PartText, Text: rd.Text})
 	}
@@ -183,11 +186,15 @@ func withCalls(it Item, rd Round) Item {
 		same = same && calls[i].ID == rd.Calls[i].ID
 	}
 	text := slices.ContainsFunc(it.Parts, func(p Part) bool { return p.Kind == PartText })
-	if same && (text || rd.Text == "") {
+	thought := slices.ContainsFunc(it.Parts, func(p Part) bool { return p.Kind == PartThinking })
+	if same && (text || rd.Text == "") && (thought || len(rd.Thinking) == 0) {
 		return it
 	}
 	it = changed(it)
 	var parts []Part
+	if !thought {
+		parts = thinking(rd)
+	}
 	if !text && rd.Text != "" {
 		parts = append(parts, Part{Kind: PartText, Text: rd.Text})
 	}
@@ -237,4 +244,13 @@ func rawOr(raw json.RawMessage, v any) json.RawMessage {
 	}
 	b, _ := json.Marshal(v)
 	return b
+}
+
+// thinking are a round's thinking blocks, as parts.
+func thinking(rd Round) []Part {
+	parts := make([]Part, len(rd.Thinking))
+	for i, raw := range rd.Thinking {
+		parts[i] = Part{Kind: PartThinking, raw: raw}
+	}
+	return parts
 }

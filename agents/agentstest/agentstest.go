@@ -26,7 +26,8 @@ type Request struct {
 	Messages []Message
 	Tools    []string
 	JSONMode bool
-	Body     []byte // the request as sent
+	Body     []byte      // the request as sent
+	Header   http.Header // its headers
 }
 
 // Message is one message after the system prompt.
@@ -214,7 +215,7 @@ func NewOpenAI(script func(Request) Answer) *Server {
 			http.Error(w, `{"error":{"message":"bad json"}}`, http.StatusBadRequest)
 			return
 		}
-		req := Request{Provider: "openai", Model: body.Model, Body: raw, JSONMode: body.ResponseFormat != nil && body.ResponseFormat.Type == "json_object"}
+		req := Request{Provider: "openai", Model: body.Model, Body: raw, Header: r.Header, JSONMode: body.ResponseFormat != nil && body.ResponseFormat.Type == "json_object"}
 		for _, t := range body.Tools {
 			req.Tools = append(req.Tools, t.Function.Name)
 		}
@@ -321,16 +322,8 @@ func NewAnthropic(script func(Request) Answer) *Server {
 			Model    string          `json:"model"`
 			System   json.RawMessage `json:"system"`
 			Messages []struct {
-				Role    string `json:"role"`
-				Content []struct {
-					Type      string          `json:"type"`
-					Text      string          `json:"text"`
-					ID        string          `json:"id"`
-					Name      string          `json:"name"`
-					Input     json.RawMessage `json:"input"`
-					ToolUseID string          `json:"tool_use_id"`
-					Content   json.RawMessage `json:"content"`
-				} `json:"content"`
+				Role    string        `json:"role"`
+				Content anthropicBody `json:"content"`
 			} `json:"messages"`
 			Tools []struct {
 				Name string `json:"name"`
@@ -341,7 +334,7 @@ func NewAnthropic(script func(Request) Answer) *Server {
 			http.Error(w, `{"type":"error","error":{"type":"invalid_request_error","message":"bad json"}}`, http.StatusBadRequest)
 			return
 		}
-		req := Request{Provider: "anthropic", Model: body.Model, System: contentText(body.System), Body: raw}
+		req := Request{Provider: "anthropic", Model: body.Model, System: contentText(body.System), Body: raw, Header: r.Header}
 		for _, t := range body.Tools {
 			req.Tools = append(req.Tools, t.Name)
 		}
@@ -398,6 +391,28 @@ func NewAnthropic(script func(Request) Answer) *Server {
 		send("message_stop", map[string]any{"type": "message_stop"})
 	}))
 	return s
+}
+
+// anthropicBody is a message's content: blocks, or a string, which is one
+// text block.
+type anthropicBody []struct {
+	Type      string          `json:"type"`
+	Text      string          `json:"text"`
+	ID        string          `json:"id"`
+	Name      string          `json:"name"`
+	Input     json.RawMessage `json:"input"`
+	ToolUseID string          `json:"tool_use_id"`
+	Content   json.RawMessage `json:"content"`
+}
+
+func (b *anthropicBody) UnmarshalJSON(raw []byte) error {
+	var s string
+	if json.Unmarshal(raw, &s) == nil {
+		*b = anthropicBody{{Type: "text", Text: s}}
+		return nil
+	}
+	type blocks anthropicBody
+	return json.Unmarshal(raw, (*blocks)(b))
 }
 
 func readAll(r *http.Request) []byte {
