@@ -87,11 +87,10 @@ func Message(a Answer) any {
 type messagesStream struct {
 	send  Send
 	a     Answer
-	index int  // of the next block
-	open  bool // a text block is open, at index-1
+	index int             // of the next block
+	open  bool            // a text block is open, at index-1
 	text  strings.Builder // sent so far
 }
-
 
 func (s *messagesStream) event(name string, v any, flush bool) error {
 	data, err := json.Marshal(v)
