@@ -12,6 +12,7 @@ import (
 	"superego/agents/agentstest"
 	"superego/api"
 	"superego/flow"
+	"superego/flow/storetest"
 )
 
 // The guarded model is transparent: the client agent's model gets the
@@ -506,5 +507,24 @@ func TestRefusalsAreMachineReadable(t *testing.T) {
 			t.Errorf("%s: instance %q, request-id %q, x-request-id %q", c.path, id, resp.Header.Get("Request-Id"), resp.Header.Get("X-Request-Id"))
 		}
 		noLeak(t, c.path, raw)
+	}
+}
+
+// A disk full from a run's first write: the model routes answer the
+// storage error, in their protocol's shape, streamed or not, as the other
+// routes do; none says the run began.
+func TestModelRoutesOnADiskFullFromTheStart(t *testing.T) {
+	for _, c := range []struct{ path, body, want string }{
+		{"/v1/chat/completions", `{"model": "calc", "stream": true, "messages": [{"role": "user", "content": "What is 6*7?"}]}`, `"code":"storage"`},
+		{"/v1/chat/completions", `{"model": "calc", "messages": [{"role": "user", "content": "What is 6*7?"}]}`, `"code":"storage"`},
+		{"/v1/responses", `{"model": "calc", "stream": true, "input": "What is 6*7?"}`, `"code":"storage"`},
+		{"/v1/messages", `{"model": "calc", "stream": true, "max_tokens": 10, "messages": [{"role": "user", "content": "What is 6*7?"}]}`, `"type":"api_error","message":"The flow's run failed`},
+	} {
+		store := &storetest.Full{Store: &flow.MemStore{}, Fills: storetest.Has(flow.EventRunStart)}
+		f := newFixtureOn(t, store, nil, 0)
+		resp := f.do(t, "POST", c.path, c.body)
+		if raw := body(t, resp); resp.StatusCode != 507 || !strings.Contains(raw, c.want) || !strings.Contains(raw, "storage") {
+			t.Errorf("%s %s: %d %s", c.path, c.body, resp.StatusCode, raw)
+		}
 	}
 }

@@ -112,7 +112,10 @@ func ReadChat(body []byte) (*Request, error) {
 	return r, nil
 }
 
-// object reads a body that must be a JSON object into its fields.
+// object reads a body that must be a JSON object into its fields. Keys
+// that differ only in case are refused, anywhere in it: this package reads
+// a key whatever its case, and an upstream reads it as written, so each
+// could read another value, and a judge another text than the model.
 func object(body []byte) (map[string]json.RawMessage, error) {
 	var fields map[string]json.RawMessage
 	if err := json.Unmarshal(body, &fields); err != nil || fields == nil {
@@ -122,7 +125,44 @@ func object(body []byte) (map[string]json.RawMessage, error) {
 		}
 		return nil, invalid("", "invalid_json", "We could not parse the JSON body of your request: %s.", msg)
 	}
+	var whole any
+	json.Unmarshal(body, &whole)
+	if at, a, b, ok := caseTwins("", whole); ok {
+		return nil, invalid(at, "invalid_value", "Invalid '%s': the keys %q and %q differ only in case.", at, a, b)
+	}
 	return fields, nil
+}
+
+// caseTwins finds, in a decoded JSON value, an object with two keys that
+// differ only in case: where, and the two keys.
+func caseTwins(at string, v any) (where, a, b string, ok bool) {
+	switch v := v.(type) {
+	case map[string]any:
+		seen := make(map[string]string, len(v))
+		for k, x := range v {
+			if other, dup := seen[strings.ToLower(k)]; dup {
+				return at, other, k, true
+			}
+			seen[strings.ToLower(k)] = k
+			if where, a, b, ok := caseTwins(join(at, k), x); ok {
+				return where, a, b, ok
+			}
+		}
+	case []any:
+		for i, x := range v {
+			if where, a, b, ok := caseTwins(fmt.Sprintf("%s[%d]", at, i), x); ok {
+				return where, a, b, ok
+			}
+		}
+	}
+	return "", "", "", false
+}
+
+func join(at, key string) string {
+	if at == "" {
+		return key
+	}
+	return at + "." + key
 }
 
 func asSyntax(err error, target **json.SyntaxError) bool {

@@ -188,7 +188,7 @@ func (r *Request) chatMessages() []json.RawMessage {
 		default: // user, tool: results first, each its own message, then the rest
 			var rest []Part
 			for _, p := range it.Parts {
-				if p.Result != nil && own && it.base != nil && it.Role == RoleTool {
+				if p.Result != nil && own && it.base != nil && it.Role == RoleTool && len(it.Parts) == 1 {
 					out = append(out, onto(it.base, map[string]any{"content": p.Result.Output}))
 				} else if p.Result != nil {
 					add(map[string]string{"role": "tool", "tool_call_id": p.Result.CallID, "content": p.Result.Output})

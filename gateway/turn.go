@@ -115,7 +115,7 @@ func patch(items []Item, rounds []Round) []Item {
 			i, j := findResult(items, at+1, res.CallID)
 			switch {
 			case i < 0:
-				if it := items[last]; last > at && it.Role != RoleAssistant {
+				if it := items[last]; last > at && it.Role == RoleUser { // Anthropic's: a user's message holds the results
 					items[last] = addResult(it, res)
 				} else {
 					items = slices.Insert(items, last+1, results(res))
