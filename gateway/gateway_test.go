@@ -28,7 +28,9 @@ func passThrough(t testing.TB, wire string, body []byte) {
 	}
 	rounds := ownRounds(r)
 	for _, res := range r.Results() {
-		if !slices.ContainsFunc(rounds, func(rd Round) bool { return slices.ContainsFunc(rd.Calls, func(c Call) bool { return c.ID == res.CallID }) }) {
+		if !slices.ContainsFunc(rounds, func(rd Round) bool {
+			return slices.ContainsFunc(rd.Calls, func(c Call) bool { return c.ID == res.CallID })
+		}) {
 			return // results of no call of the turn: never the model's to read (TestForDropsRoundsThatAreNotTheTurns)
 		}
 	}
