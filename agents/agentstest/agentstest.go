@@ -237,6 +237,26 @@ func NewOpenAI(script func(Request) Answer) *Server {
 		if !ok {
 			return
 		}
+		if !body.Stream {
+			// A chat completion object, whole.
+			msg := map[string]any{"role": "assistant", "content": a.Text, "refusal": nil, "annotations": []any{}}
+			finish := "stop"
+			if len(a.ToolCalls) > 0 {
+				var calls []any
+				for _, tc := range a.ToolCalls {
+					calls = append(calls, map[string]any{"id": tc.ID, "type": "function", "function": map[string]any{"name": tc.Name, "arguments": tc.Args}})
+				}
+				msg["tool_calls"], finish = calls, "tool_calls"
+				if a.Text == "" {
+					msg["content"] = nil
+				}
+			}
+			w.Header().Set("Content-Type", "application/json")
+			json.NewEncoder(w).Encode(map[string]any{"id": "chatcmpl-fake", "object": "chat.completion", "created": 1, "model": body.Model,
+				"choices": []any{map[string]any{"index": 0, "message": msg, "finish_reason": finish}},
+				"usage":   map[string]int{"prompt_tokens": 11, "completion_tokens": 7, "total_tokens": 18}})
+			return
+		}
 		w.Header().Set("Content-Type", "text/event-stream")
 		send := func(v any) {
 			b, _ := json.Marshal(v)
@@ -320,6 +340,7 @@ func NewAnthropic(script func(Request) Answer) *Server {
 		}
 		var body struct {
 			Model    string          `json:"model"`
+			Stream   bool            `json:"stream"`
 			System   json.RawMessage `json:"system"`
 			Messages []struct {
 				Role    string        `json:"role"`
@@ -354,6 +375,21 @@ func NewAnthropic(script func(Request) Answer) *Server {
 			return map[string]any{"type": "error", "error": map[string]string{"type": "api_error", "message": msg}}
 		})
 		if !ok {
+			return
+		}
+		if !body.Stream {
+			// A message object, whole.
+			content := []any{}
+			if a.Text != "" {
+				content = append(content, map[string]any{"type": "text", "text": a.Text})
+			}
+			stop := "end_turn"
+			for _, tc := range a.ToolCalls {
+				content, stop = append(content, map[string]any{"type": "tool_use", "id": tc.ID, "name": tc.Name, "input": json.RawMessage(tc.Args)}), "tool_use"
+			}
+			w.Header().Set("Content-Type", "application/json")
+			json.NewEncoder(w).Encode(map[string]any{"id": "msg_fake", "type": "message", "role": "assistant", "model": body.Model, "content": content,
+				"stop_reason": stop, "stop_sequence": nil, "usage": map[string]int{"input_tokens": 13, "output_tokens": 9}})
 			return
 		}
 		w.Header().Set("Content-Type", "text/event-stream")
