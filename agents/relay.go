@@ -17,13 +17,6 @@ import (
 	"superego/tools"
 )
 
-// readers read each model API's request.
-var readers = map[string]func([]byte) (*gateway.Request, error){
-	gateway.Chat:      gateway.ReadChat,
-	gateway.Responses: gateway.ReadResponses,
-	gateway.Messages:  gateway.ReadMessages,
-}
-
 // relay makes the model call of the agent that takes the request of a
 // model API's client: the agent's model is sent the client's request, in
 // its provider's protocol, as the client wrote it (its instructions after
@@ -32,7 +25,7 @@ var readers = map[string]func([]byte) (*gateway.Request, error){
 // as judged; it answers in its own protocol, not in the judges' JSON: a
 // reply with calls is NEEDS_TOOL, any other COMPLETE.
 func (a *Agent) relay(ctx context.Context, t *flow.Task, m Model, emit func(flow.Event), timeout time.Duration) (flow.Reply, error) {
-	req, err := readers[t.Client.Wire](t.Client.Body)
+	req, err := gateway.Reread(t.Client.Wire, t.Client.Body)
 	if err != nil {
 		return flow.Reply{}, fmt.Errorf("%w: the client's request, as recorded: %w", flow.ErrModelUnavailable, err)
 	}

@@ -181,13 +181,6 @@ func readModelBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {
 // feature), as the body's fields do.
 var forwarded = map[string][]string{gateway.Messages: {"Anthropic-Beta", "Anthropic-Version"}}
 
-// readers read each protocol's request.
-var readers = map[string]func([]byte) (*gateway.Request, error){
-	gateway.Chat:      gateway.ReadChat,
-	gateway.Responses: gateway.ReadResponses,
-	gateway.Messages:  gateway.ReadMessages,
-}
-
 // model serves a model route of the protocol: a run of the flow its
 // request names, on a new instance whose history is the request's
 // conversation; or, where the conversation ends with the results of the
@@ -198,7 +191,7 @@ func (s *Server) model(wire string) http.HandlerFunc {
 		if err != nil {
 			return err
 		}
-		req, err := readers[wire](body)
+		req, err := gateway.Read(wire, body)
 		if err != nil {
 			return err
 		}

@@ -72,9 +72,9 @@ var chatParams = map[string]chatParam{
 	"moderation":         {refused: "the flow's superegos are its moderation, and their verdicts are not OpenAI's moderation results"},
 }
 
-// ReadChat reads a chat completions request's body, checking it as
+// readChat reads a chat completions request's body, checking it as
 // OpenAI's API does.
-func ReadChat(body []byte) (*Request, error) {
+func readChat(body []byte) (*Request, error) {
 	fields, err := object(body)
 	if err != nil {
 		return nil, err
@@ -112,10 +112,7 @@ func ReadChat(body []byte) (*Request, error) {
 	return r, nil
 }
 
-// object reads a body that must be a JSON object into its fields. Keys
-// that differ only in case are refused, anywhere in it: this package reads
-// a key whatever its case, and an upstream reads it as written, so each
-// could read another value, and a judge another text than the model.
+// object reads a body that must be a JSON object into its fields.
 func object(body []byte) (map[string]json.RawMessage, error) {
 	var fields map[string]json.RawMessage
 	if err := json.Unmarshal(body, &fields); err != nil || fields == nil {
@@ -125,12 +122,40 @@ func object(body []byte) (map[string]json.RawMessage, error) {
 		}
 		return nil, invalid("", "invalid_json", "We could not parse the JSON body of your request: %s.", msg)
 	}
-	var whole any
-	json.Unmarshal(body, &whole)
-	if at, a, b, ok := caseTwins("", whole); ok {
-		return nil, invalid(at, "invalid_value", "Invalid '%s': the keys %q and %q differ only in case.", at, a, b)
-	}
 	return fields, nil
+}
+
+// readers read each protocol's request.
+var readers = map[string]func([]byte) (*Request, error){Chat: readChat, Responses: readResponses, Messages: readMessages}
+
+// Read reads a client's request in the protocol: Chat, Responses or
+// Messages. Keys that differ only in case are refused, anywhere in it:
+// this package reads a key whatever its case, and an upstream reads it as
+// written, so each could read another value, and a judge another text than
+// the model.
+func Read(wire string, body []byte) (*Request, error) {
+	if err := sameCase(body); err != nil {
+		return nil, err
+	}
+	r, err := readers[wire](body)
+	if err == nil && wire == Messages && isNull(r.fields["max_tokens"]) {
+		return nil, invalid("max_tokens", "missing_required_parameter", "max_tokens: Field required")
+	}
+	return r, err
+}
+
+// Reread reads a request Read has read before, as a run recorded it.
+func Reread(wire string, body []byte) (*Request, error) { return readers[wire](body) }
+
+// sameCase refuses a body with keys that differ only in case (Read).
+func sameCase(body []byte) error {
+	var whole any
+	if json.Unmarshal(body, &whole) == nil {
+		if at, a, b, ok := caseTwins("", whole); ok {
+			return invalid(at, "invalid_value", "Invalid '%s': the keys %q and %q differ only in case.", at, a, b)
+		}
+	}
+	return nil
 }
 
 // caseTwins finds, in a decoded JSON value, an object with two keys that

@@ -22,7 +22,7 @@ func fields(t testing.TB, body []byte) map[string]any {
 // for an upstream of the same protocol with no round to add, is the
 // client's body but for its model and superego's own field.
 func passThrough(t testing.TB, wire string, body []byte) {
-	r, err := map[string]func([]byte) (*Request, error){Chat: ReadChat, Messages: ReadMessages}[wire](body)
+	r, err := Read(wire, body)
 	if err != nil {
 		return // refused: nothing goes upstream
 	}
@@ -90,7 +90,7 @@ func FuzzPassThroughIsTheClientsBody(f *testing.F) {
 // chatOf reads a chat request, failing the test where it does not read.
 func chatOf(t *testing.T, body string) *Request {
 	t.Helper()
-	r, err := ReadChat([]byte(body))
+	r, err := Read(Chat, []byte(body))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -132,7 +132,7 @@ func TestForPutsARoundBackAsTheModelMadeIt(t *testing.T) {
 // back before its calls, and a round the client never saw (every call
 // refused) goes before the round it has.
 func TestForOnMessages(t *testing.T) {
-	r, err := ReadMessages([]byte(`{"model": "m", "max_tokens": 5, "messages": [{"role": "user", "content": "go"},
+	r, err := Read(Messages, []byte(`{"model": "m", "max_tokens": 5, "messages": [{"role": "user", "content": "go"},
 	  {"role": "assistant", "content": [{"type": "tool_use", "id": "t2", "name": "a", "input": {}}]},
 	  {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t2", "content": "ok", "cache_control": {"type": "ephemeral"}}, {"type": "text", "text": "<note>"}]}]}`))
 	if err != nil {
@@ -201,7 +201,7 @@ func TestTranslations(t *testing.T) {
 	if !reflect.DeepEqual(fields(t, out), fields(t, []byte(want))) {
 		t.Errorf("chat to Messages:\n got %s\nwant %s", out, want)
 	}
-	m, err := ReadMessages([]byte(`{"model": "m", "max_tokens": 7, "system": "S", "stop_sequences": ["X"], "thinking": {"type": "adaptive"},
+	m, err := Read(Messages, []byte(`{"model": "m", "max_tokens": 7, "system": "S", "stop_sequences": ["X"], "thinking": {"type": "adaptive"},
 	  "messages": [{"role": "user", "content": "go"}, {"role": "assistant", "content": [{"type": "tool_use", "id": "t1", "name": "f", "input": {"a": 1}}]},
 	  {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1", "content": [{"type": "text", "text": "R"}]}, {"type": "text", "text": "more"}]}],
 	  "tools": [{"name": "f", "input_schema": {"type": "object"}}], "tool_choice": {"type": "tool", "name": "f"}}`))
@@ -292,25 +292,24 @@ data: {"type":"message_stop"}
 // error naming the parameter at fault.
 func TestReadErrors(t *testing.T) {
 	for _, c := range []struct {
-		read        func([]byte) (*Request, error)
-		body, param string
+		wire, body, param string
 	}{
-		{ReadChat, `{"model": "m", "messages": [{"role": "user", "content": "x"}], "n": 2}`, "n"},
-		{ReadChat, `{"model": "m", "messages": [{"role": "user", "content": [{"type": "input_audio"}]}]}`, "messages[0].content[0].type"},
-		{ReadChat, `{"model": "m", "messages": [{"role": "user", "content": "x"}], "response_format": {"type": "yaml"}}`, "response_format.type"},
-		{ReadResponses, `{"model": "m", "input": "x", "tools": [{"type": "file_search"}]}`, "tools[0].type"},
-		{ReadResponses, `{"model": "m", "input": [{"type": "function_call_output", "call_id": "c", "output": [{"type": "input_image", "image_url": "x"}]}]}`, "input[0].output[0].type"},
-		{ReadResponses, `{"model": "m", "input": "x", "background": true}`, "background"},
-		{ReadResponses, `{"model": "m"}`, "input"},
-		{ReadMessages, `{"model": "m", "messages": [{"role": "user", "content": "x"}]}`, "max_tokens"},
-		{ReadMessages, `{"model": "m", "max_tokens": 1, "messages": [{"role": "user", "content": "x"}], "tools": [{"type": "web_search_20250305", "name": "web_search"}]}`, "tools.0.type"},
-		{ReadMessages, `{"model": "m", "max_tokens": 1, "messages": [{"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t", "content": [{"type": "image", "source": {}}]}]}]}`, "messages.0.content.0.content"},
-		{ReadMessages, `{"model": "m", "max_tokens": 1, "messages": [{"role": "user", "content": "x"}], "mcp_servers": [{"url": "u"}]}`, "mcp_servers"},
+		{Chat, `{"model": "m", "messages": [{"role": "user", "content": "x"}], "n": 2}`, "n"},
+		{Chat, `{"model": "m", "messages": [{"role": "user", "content": [{"type": "input_audio"}]}]}`, "messages[0].content[0].type"},
+		{Chat, `{"model": "m", "messages": [{"role": "user", "content": "x"}], "response_format": {"type": "yaml"}}`, "response_format.type"},
+		{Responses, `{"model": "m", "input": "x", "tools": [{"type": "file_search"}]}`, "tools[0].type"},
+		{Responses, `{"model": "m", "input": [{"type": "function_call_output", "call_id": "c", "output": [{"type": "input_image", "image_url": "x"}]}]}`, "input[0].output[0].type"},
+		{Responses, `{"model": "m", "input": "x", "background": true}`, "background"},
+		{Responses, `{"model": "m"}`, "input"},
+		{Messages, `{"model": "m", "messages": [{"role": "user", "content": "x"}]}`, "max_tokens"},
+		{Messages, `{"model": "m", "max_tokens": 1, "messages": [{"role": "user", "content": "x"}], "tools": [{"type": "web_search_20250305", "name": "web_search"}]}`, "tools.0.type"},
+		{Messages, `{"model": "m", "max_tokens": 1, "messages": [{"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t", "content": [{"type": "image", "source": {}}]}]}]}`, "messages.0.content.0.content"},
+		{Messages, `{"model": "m", "max_tokens": 1, "messages": [{"role": "user", "content": "x"}], "mcp_servers": [{"url": "u"}]}`, "mcp_servers"},
 		// A judge would read one, the model the other.
-		{ReadChat, `{"model": "m", "messages": [{"role": "user", "content": "x"}, {"role": "tool", "tool_call_id": "c", "content": "MALICIOUS", "Content": "benign"}]}`, "messages[1]"},
-		{ReadMessages, `{"model": "m", "max_tokens": 1, "messages": [{"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t", "content": "x", "CONTENT": "y"}]}]}`, "messages[0].content[0]"},
+		{Chat, `{"model": "m", "messages": [{"role": "user", "content": "x"}, {"role": "tool", "tool_call_id": "c", "content": "MALICIOUS", "Content": "benign"}]}`, "messages[1]"},
+		{Messages, `{"model": "m", "max_tokens": 1, "messages": [{"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t", "content": "x", "CONTENT": "y"}]}]}`, "messages[0].content[0]"},
 	} {
-		_, err := c.read([]byte(c.body))
+		_, err := Read(c.wire, []byte(c.body))
 		var e *Error
 		if !asError(err, &e) || e.Param != c.param || e.Status != 400 {
 			t.Errorf("%s: %v (param %q), want a 400 at %q", c.body, err, paramOf(e), c.param)
@@ -329,4 +328,25 @@ func paramOf(e *Error) string {
 		return ""
 	}
 	return e.Param
+}
+
+// The results that end a conversation are those after its last call and
+// its last message of the user's own: a history's results end nothing,
+// and a request whose last message is the user's looks for no instance.
+func TestResultsEndTheConversation(t *testing.T) {
+	for _, c := range []struct {
+		body string
+		want int
+	}{
+		{`{"model": "m", "messages": [{"role": "user", "content": "a"}, {"role": "assistant", "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}]}, {"role": "tool", "tool_call_id": "c1", "content": "r"}, {"role": "user", "content": "b"}]}`, 0},
+		{`{"model": "m", "messages": [{"role": "user", "content": "a"}, {"role": "assistant", "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}, {"id": "c2", "type": "function", "function": {"name": "f", "arguments": "{}"}}]}, {"role": "tool", "tool_call_id": "c1", "content": "r"}, {"role": "tool", "tool_call_id": "c2", "content": "r"}]}`, 2},
+	} {
+		if got := len(chatOf(t, c.body).Results()); got != c.want {
+			t.Errorf("%s: %d results, want %d", c.body, got, c.want)
+		}
+	}
+	m, err := Read(Messages, []byte(`{"model": "m", "max_tokens": 1, "messages": [{"role": "user", "content": "a"}, {"role": "assistant", "content": [{"type": "tool_use", "id": "t1", "name": "f", "input": {}}]}, {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1", "content": "r"}, {"type": "text", "text": "<reminder>"}]}]}`))
+	if err != nil || len(m.Results()) != 1 {
+		t.Errorf("a Messages result beside a note: %v %v", m.Results(), err)
+	}
 }

@@ -38,20 +38,17 @@ var messagesRefused = map[string]string{
 	"container":   "the upstream would run code where no judge sees it",
 }
 
-// ReadMessages reads a Messages request's body, checking it as Anthropic's
-// API does.
-func ReadMessages(body []byte) (*Request, error) {
-	r, err := readMessages(body)
-	if err == nil && isNull(r.fields["max_tokens"]) {
-		return nil, invalid("max_tokens", "missing_required_parameter", "max_tokens: Field required")
+// ReadCountTokens reads a count_tokens request's body: a Messages request
+// with no max_tokens, its keys checked as Read checks them.
+func ReadCountTokens(body []byte) (*Request, error) {
+	if err := sameCase(body); err != nil {
+		return nil, err
 	}
-	return r, err
+	return readMessages(body)
 }
 
-// ReadCountTokens reads a count_tokens request's body: a Messages request
-// with no max_tokens.
-func ReadCountTokens(body []byte) (*Request, error) { return readMessages(body) }
-
+// readMessages reads a Messages request's body, checking it as
+// Anthropic's API does; Read checks that it has max_tokens.
 func readMessages(body []byte) (*Request, error) {
 	fields, err := object(body)
 	if err != nil {

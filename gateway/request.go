@@ -280,16 +280,17 @@ func (r *Request) Input() (int, string) {
 }
 
 // Results are the tool results that end the conversation: those after its
-// last message with calls, the answers a client sends to the calls it was
-// sent.
+// last message with calls and its last message of the user's own, the
+// answers a client sends to the calls it was sent.
 func (r *Request) Results() []Result {
 	var results []Result
 	for i := len(r.Items) - 1; i >= 0; i-- {
 		it := r.Items[i]
-		if len(it.Calls()) > 0 {
+		rs := it.Results()
+		if len(it.Calls()) > 0 || it.Role == RoleUser && len(rs) == 0 {
 			break
 		}
-		results = append(it.Results(), results...)
+		results = append(rs, results...)
 	}
 	return results
 }

@@ -56,10 +56,10 @@ var responsesParams = map[string]responsesParam{
 	"top_logprobs":   {refused: "a flow's answer is judged by several models' calls, and carries no log probabilities"},
 }
 
-// ReadResponses reads a Responses request's body, checking it as OpenAI's
+// readResponses reads a Responses request's body, checking it as OpenAI's
 // API does. Items that reference stored items (item_reference) are kept as
 // such: Resolve replaces them.
-func ReadResponses(body []byte) (*Request, error) {
+func readResponses(body []byte) (*Request, error) {
 	fields, err := object(body)
 	if err != nil {
 		return nil, err

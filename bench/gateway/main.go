@@ -37,6 +37,7 @@ import (
 	"reflect"
 	"regexp"
 	"runtime"
+	"runtime/pprof"
 	"slices"
 	"strings"
 	"time"
@@ -376,7 +377,17 @@ func main() {
 	store := flag.String("store", "sqlite", "where the server keeps instances: sqlite (its default) or memory")
 	flows := flag.String("flows", "./flows", "flow definitions directory (bare_agent.json, guarded_agent.json)")
 	constitutions := flag.String("constitutions", "./constitutions", "constitutions directory")
+	profile := flag.String("cpuprofile", "", "write a CPU profile of the whole run (server, fakes and client) to this file")
 	flag.Parse()
+	if *profile != "" {
+		f, err := os.Create(*profile)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "gateway:", err)
+			os.Exit(1)
+		}
+		pprof.StartCPUProfile(f)
+		defer pprof.StopCPUProfile()
+	}
 	if err := run(*rounds, *warmup, *store, *flows, *constitutions); err != nil {
 		fmt.Fprintln(os.Stderr, "gateway:", err)
 		os.Exit(1)
