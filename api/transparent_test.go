@@ -528,3 +528,47 @@ func TestModelRoutesOnADiskFullFromTheStart(t *testing.T) {
 		}
 	}
 }
+
+// A structured answer is the model's JSON, judged whole by the output
+// superego before the client gets it, in the client's protocol.
+func TestStructuredOutputIsJudgedWhole(t *testing.T) {
+	var judged []string
+	var mu sync.Mutex
+	model := agentstest.OpenAI(t, func(r agentstest.Request) agentstest.Answer {
+		switch r.Node() {
+		case "output_superego":
+			mu.Lock()
+			judged = append(judged, r.LastUser())
+			mu.Unlock()
+			return agentstest.Reply(thinkingMarker, "ACCEPT", guidanceMarker, "")
+		case "":
+			return agentstest.Answer{Text: `{"city": "Paris", "population": 2100000}`}
+		}
+		return agentstest.Reply(thinkingMarker, "ACCEPT", guidanceMarker, "")
+	})
+	b, _ := os.ReadFile("../flows/guarded_agent.json")
+	p := &agents.Providers{Default: "openai:gpt-test", OpenAIKey: "k", OpenAIBaseURL: model.URL + "/v1"}
+	f := serveWith(t, map[string]string{"guarded_agent": string(b)}, &flow.MemStore{}, p.Model, 0, func(s *api.Server) { s.APIKeys = []string{apiKey} })
+	schema := `{"type": "object", "properties": {"city": {"type": "string"}, "population": {"type": "number"}}, "required": ["city", "population"]}`
+	for _, c := range []struct{ path, body, want string }{
+		{"/v1/chat/completions", `{"model": "guarded_agent", "response_format": {"type": "json_schema", "json_schema": {"name": "city", "schema": ` + schema + `}},
+		  "messages": [{"role": "user", "content": "Largest city?"}]}`, `"content":"{\"city\": \"Paris\", \"population\": 2100000}"`},
+		{"/v1/responses", `{"model": "guarded_agent", "text": {"format": {"type": "json_schema", "name": "city", "schema": ` + schema + `}}, "input": "Largest city?"}`,
+			`"text":"{\"city\": \"Paris\", \"population\": 2100000}"`},
+	} {
+		resp := f.do(t, "POST", c.path, c.body, "Authorization", "Bearer "+apiKey)
+		if raw := body(t, resp); resp.StatusCode != 200 || !strings.Contains(raw, c.want) {
+			t.Errorf("%s: %d %s", c.path, resp.StatusCode, raw)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(judged) != 2 || !strings.Contains(judged[0], `{"city": "Paris", "population": 2100000}`) {
+		t.Errorf("the output superego judged %q", judged)
+	}
+	for _, r := range model.Requests() {
+		if r.Node() == "" && !strings.Contains(string(r.Body), `"json_schema"`) {
+			t.Errorf("the agent's model was not asked for the client's format: %s", r.Body)
+		}
+	}
+}
