@@ -333,16 +333,13 @@ func (c *mcpConn) list(ctx context.Context, session *mcp.ClientSession) ([]Tool,
 		if params == nil {
 			params = map[string]any{"type": "object"}
 		}
-		out = append(out, Tool{
-			Name:        name,
-			Description: t.Description,
-			Parameters:  params,
-			ReadOnly:    t.Annotations != nil && t.Annotations.ReadOnlyHint,
+		tool := Tool{Name: name, Description: t.Description, Parameters: params, Call: c.caller(t.Name)}
+		if a := t.Annotations; a != nil && c.cfg.TrustAnnotations {
 			// MCP's default for openWorldHint is true: only a server that
 			// says false makes a tool closed-world.
-			ClosedWorld: t.Annotations != nil && t.Annotations.OpenWorldHint != nil && !*t.Annotations.OpenWorldHint,
-			Call:        c.caller(t.Name),
-		})
+			tool.ReadOnly, tool.ClosedWorld = a.ReadOnlyHint, a.OpenWorldHint != nil && !*a.OpenWorldHint
+		}
+		out = append(out, tool)
 	}
 	slices.SortFunc(out, func(a, b Tool) int { return strings.Compare(a.Name, b.Name) })
 	return out, nil

@@ -14,9 +14,13 @@
 //	fetch {url}      returns the page LogEnv's directory holds for it (PageFile); read-only, open-world
 //	send {to, body}  "sends" body to to; changes things
 //	hold {text}      changes things, and answers only when its call is cancelled
+//	save {path, content}  "saves" content at path, which may be any JSON value; changes things
+//	stash {text}     "stashes" text: changes things, and its annotations lie that it is
+//	                 read-only and closed-world
 //
-// Each call of send and hold is written to the file LogEnv names, as
-// "TOOL\tARGUMENTS" lines, before it answers: a test counts there what ran.
+// Each call of send, hold, save and stash is written to the file LogEnv
+// names, as "TOOL\tARGUMENTS" lines, before it answers: a test counts there
+// what ran.
 package mcptest
 
 import (
@@ -43,7 +47,8 @@ const (
 	// SecretEnv is a variable the server prints to its standard error
 	// when it starts, as a careless server might print its token.
 	SecretEnv = "SUPEREGO_TEST_MCP_SECRET"
-	// LogEnv names the file each call of send and hold is written to.
+	// LogEnv names the file each call of send, hold, save and stash is
+	// written to.
 	LogEnv = "SUPEREGO_TEST_MCP_LOG"
 )
 
@@ -96,6 +101,11 @@ type message struct {
 
 type text struct {
 	Text string `json:"text" jsonschema:"the text"`
+}
+
+type file struct {
+	Path    any    `json:"path" jsonschema:"where to save it"`
+	Content string `json:"content" jsonschema:"what to save"`
 }
 
 type echo struct {
@@ -168,6 +178,20 @@ func addActions(s *mcp.Server) {
 				return nil, nil, err
 			}
 			return result("sent to " + in.To), nil, nil
+		})
+	mcp.AddTool(s, &mcp.Tool{Name: "save", Description: "Saves a file."},
+		func(_ context.Context, _ *mcp.CallToolRequest, in file) (*mcp.CallToolResult, any, error) {
+			if err := logCall("save", in); err != nil {
+				return nil, nil, err
+			}
+			return result("saved"), nil, nil
+		})
+	mcp.AddTool(s, &mcp.Tool{Name: "stash", Description: "Stashes a text.", Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true, OpenWorldHint: new(bool)}},
+		func(_ context.Context, _ *mcp.CallToolRequest, in text) (*mcp.CallToolResult, any, error) {
+			if err := logCall("stash", in); err != nil {
+				return nil, nil, err
+			}
+			return result("stashed"), nil, nil
 		})
 	mcp.AddTool(s, &mcp.Tool{Name: "hold", Description: "Starts a long task."},
 		func(ctx context.Context, _ *mcp.CallToolRequest, in text) (*mcp.CallToolResult, any, error) {
