@@ -10,9 +10,11 @@ import (
 	"os"
 	"os/exec"
 	"regexp"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
@@ -53,12 +55,21 @@ type mcpConn struct {
 	cfg     MCPServer
 	secrets []string
 	started chan struct{} // closed when the first start has succeeded or failed
+	// hung asks run to end the running session: a call to it got no
+	// answer in time. One request is as good as many, and the sender
+	// never waits.
+	hung chan struct{}
 
 	mu      sync.Mutex
 	state   string
 	session *mcp.ClientSession
 	tools   []Tool
 	why     error // why it is not running
+	// again: the session ended for a call that got no answer, and the
+	// server is started again at once; back is closed once it runs, or
+	// failed to start, and calls wait for it till then.
+	again bool
+	back  chan struct{}
 }
 
 // A server that failed is started again after firstRetry, and after
@@ -102,7 +113,7 @@ func (m *MCP) Start() {
 	m.cancel = cancel
 	m.conns = map[string]*mcpConn{}
 	for _, s := range m.Servers {
-		c := &mcpConn{cfg: s, secrets: s.secrets(), state: MCPStarting, started: make(chan struct{}),
+		c := &mcpConn{cfg: s, secrets: s.secrets(), state: MCPStarting, started: make(chan struct{}), hung: make(chan struct{}, 1),
 			why: fmt.Errorf("mcp server %q is starting", s.Name)}
 		m.conns[s.Name] = c
 		m.wg.Add(1)
@@ -193,7 +204,7 @@ func (m *MCP) Tool(name string) (Tool, bool) {
 		Description: fmt.Sprintf("a tool of the MCP server %q, which has not listed it", server),
 		Parameters:  map[string]any{"type": "object"},
 		Call: func(ctx context.Context, args json.RawMessage) (string, error) {
-			if _, err := c.live(); err != nil {
+			if _, err := c.live(ctx); err != nil {
 				return "", err
 			}
 			return "", fmt.Errorf("mcp server %q has no tool %q", server, tool)
@@ -216,8 +227,17 @@ func (m *MCP) logger() *slog.Logger {
 }
 
 // supervise keeps one server running until ctx ends: it starts it, lists
-// its tools, and when it fails or dies, waits and starts it again.
+// its tools, and when it fails or dies, waits and starts it again; when a
+// call to it got no answer, it starts it again at once.
+//
+// It keeps its OS thread for as long as it runs: a program is sent its
+// parent-death signal when the thread that started it ends (not the
+// process), and Go ends a thread whenever a goroutine that locked it
+// returns without unlocking, which any code may do on a thread it was
+// lent. Locked here, the thread is lent to no one.
 func (m *MCP) supervise(ctx context.Context, c *mcpConn) {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
 	log := m.logger().With("mcp_server", c.cfg.Name)
 	wait := firstRetry
 	var started sync.Once
@@ -233,6 +253,10 @@ func (m *MCP) supervise(ctx context.Context, c *mcpConn) {
 		if ctx.Err() != nil {
 			c.set(MCPStopped, nil, nil, errors.New("the superego server is shutting down"))
 			return
+		}
+		if c.startAgain() {
+			log.Warn("mcp server started again: a call got no answer in time", "ran", time.Since(up).Round(time.Millisecond))
+			continue
 		}
 		why := fmt.Errorf("mcp server %q is not running (%s; it is started again within %s)", c.cfg.Name, c.redact(err.Error()), wait.Round(time.Millisecond))
 		c.set(MCPRestarting, nil, nil, why)
@@ -260,13 +284,18 @@ func (c *mcpConn) run(ctx context.Context, stderr *tail, running func(tools int)
 		},
 	})
 	var transport mcp.Transport
+	var cmd *exec.Cmd
 	if c.cfg.HTTP() {
 		transport = &mcp.StreamableClientTransport{Endpoint: c.cfg.URL, HTTPClient: &http.Client{Transport: headers{c.cfg.Headers, http.DefaultTransport}}}
 	} else {
-		cmd := exec.Command(c.cfg.Command, c.cfg.Args...)
+		cmd = exec.Command(c.cfg.Command, c.cfg.Args...)
 		cmd.Env = environ(c.cfg.Env)
 		cmd.Stderr = stderr
+		cmd.SysProcAttr = serverProcess()
 		transport = &mcp.CommandTransport{Command: cmd, TerminateDuration: 2 * time.Second}
+		// Whatever else of the program's group is left (the node that
+		// npx started) ends with it.
+		defer killGroup(cmd)
 	}
 	// A first start may download the server (npx): give it time, but not
 	// forever.
@@ -314,6 +343,9 @@ func (c *mcpConn) run(ctx context.Context, stderr *tail, running func(tools int)
 			if _, err := list(); err != nil {
 				return err
 			}
+		case <-c.hung:
+			killGroup(cmd) // it does not answer: it gets no time to shut down
+			return errors.New("a call got no answer in time")
 		}
 	}
 }
@@ -349,7 +381,7 @@ func (c *mcpConn) list(ctx context.Context, session *mcp.ClientSession) ([]Tool,
 // called, so that a tool listed before a restart works after it.
 func (c *mcpConn) caller(tool string) func(context.Context, json.RawMessage) (string, error) {
 	return func(ctx context.Context, args json.RawMessage) (string, error) {
-		session, err := c.live()
+		session, err := c.live(ctx)
 		if err != nil {
 			return "", err
 		}
@@ -360,7 +392,13 @@ func (c *mcpConn) caller(tool string) func(context.Context, json.RawMessage) (st
 		res, err := session.CallTool(ctx, &mcp.CallToolParams{Name: tool, Arguments: arguments})
 		if err != nil {
 			var protocol *jsonrpc.Error
-			if ctx.Err() == nil && !errors.As(err, &protocol) {
+			switch {
+			case errors.Is(ctx.Err(), context.DeadlineExceeded):
+				// It may never answer: the next call goes to the server
+				// started again.
+				c.stall(session)
+				return "", fmt.Errorf("mcp server %q: %s gave no answer in the time a call may take; the server is started again", c.cfg.Name, tool)
+			case ctx.Err() == nil && !errors.As(err, &protocol):
 				// The server is gone (a dead program, an HTTP server
 				// that does not answer): its supervisor starts it again.
 				session.Close()
@@ -378,8 +416,20 @@ func (c *mcpConn) caller(tool string) func(context.Context, json.RawMessage) (st
 	}
 }
 
-// live is the running session, or why there is none.
-func (c *mcpConn) live() (*mcp.ClientSession, error) {
+// live is the running session, or why there is none. While the server
+// is started again after a call that got no answer, it waits for it, as
+// long as ctx lets it.
+func (c *mcpConn) live(ctx context.Context) (*mcp.ClientSession, error) {
+	c.mu.Lock()
+	back := c.back
+	c.mu.Unlock()
+	if back != nil {
+		select {
+		case <-back:
+		case <-ctx.Done():
+			return nil, fmt.Errorf("mcp server %q is starting again, and was not running in time", c.cfg.Name)
+		}
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.session == nil {
@@ -388,14 +438,58 @@ func (c *mcpConn) live() (*mcp.ClientSession, error) {
 	return c.session, nil
 }
 
+// stall ends session, a call to which got no answer in time, unless it
+// has ended already: supervise starts the server again at once, and
+// calls wait for it.
+func (c *mcpConn) stall(session *mcp.ClientSession) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.session != session {
+		return
+	}
+	c.state, c.session, c.again = MCPRestarting, nil, true
+	c.why = fmt.Errorf("mcp server %q is starting again: a call got no answer in time", c.cfg.Name)
+	c.back = make(chan struct{})
+	select {
+	case c.hung <- struct{}{}:
+	default:
+	}
+}
+
+// startAgain reports, once, whether the session that ended was ended by
+// stall.
+func (c *mcpConn) startAgain() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	again := c.again
+	c.again = false
+	return again
+}
+
 func (c *mcpConn) set(state string, session *mcp.ClientSession, tools []Tool, why error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	select {
+	case <-c.hung: // about a session that is gone
+	default:
+	}
+	if c.back != nil {
+		close(c.back) // it runs again, or failed to: calls waiting go on
+		c.back = nil
+	}
 	c.state, c.session, c.why = state, session, why
 	if tools != nil {
 		// Otherwise a stopped server's tools stay listed, and answer why
 		// they cannot be called, until it lists them again.
 		c.tools = tools
+	}
+}
+
+// killGroup kills what is left of a server program's process group, if
+// cmd started one.
+func killGroup(cmd *exec.Cmd) {
+	if cmd != nil && cmd.Process != nil {
+		syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
 	}
 }
 

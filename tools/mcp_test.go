@@ -314,7 +314,7 @@ func TestMCPServerThatNeverStarts(t *testing.T) {
 }
 
 // The MCP filesystem server from npm, which Claude Code users run: its
-// annotations say which tools are read-only. .ci/run installs it and names
+// annotations, trusted, say which tools are read-only. .ci/run installs it and names
 // its program in SUPEREGO_MCP_NODE.
 func TestNodeFilesystemServer(t *testing.T) {
 	bin := os.Getenv("SUPEREGO_MCP_NODE")
@@ -337,5 +337,38 @@ func TestNodeFilesystemServer(t *testing.T) {
 	}
 	if _, err := callMCP(t, m, "mcp__fs__read_text_file", `{"path": "/etc/passwd"}`); err == nil {
 		t.Error("a path outside its directories: no error")
+	}
+}
+
+// A call that gets no answer in time fails as a tool error, and the
+// server is started again before the next call: that call reaches a new
+// process, and the one that hung is gone.
+func TestMCPHungCallRestartsTheServer(t *testing.T) {
+	m, logs := startMCP(t, mcptest.Command(t, "t", map[string]string{"SUPEREGO_TEST_MCP_SERVER": "actions", mcptest.LogEnv: filepath.Join(t.TempDir(), "calls.log")}))
+	pid := func() int {
+		out, err := callMCP(t, m, "mcp__t__pid", `{}`)
+		n, _ := strconv.Atoi(out)
+		if err != nil || n == 0 {
+			t.Fatalf("pid: %q %v", out, err)
+		}
+		return n
+	}
+	before := pid()
+	hold, _ := m.Tool("mcp__t__hold")
+	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+	defer cancel()
+	if _, err := hold.Call(ctx, json.RawMessage(`{"text": "never answered"}`)); err == nil ||
+		err.Error() != `mcp server "t": hold gave no answer in the time a call may take; the server is started again` {
+		t.Fatalf("the hung call: %v", err)
+	}
+	after := pid()
+	if after == before || !mcptest.Gone(before) {
+		t.Errorf("the next call reached process %d (the hung one was %d, gone: %v)", after, before, mcptest.Gone(before))
+	}
+	if got := m.States()[0]; got.State != tools.MCPRunning || got.Tools != 9 {
+		t.Errorf("after the restart: %+v", got)
+	}
+	if !strings.Contains(logs.String(), "mcp server started again: a call got no answer in time") {
+		t.Errorf("the restart is not logged:\n%s", logs)
 	}
 }

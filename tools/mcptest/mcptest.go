@@ -30,9 +30,12 @@ import (
 	"net/http"
 	neturl "net/url"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
@@ -50,6 +53,9 @@ const (
 	// LogEnv names the file each call of send, hold, save and stash is
 	// written to.
 	LogEnv = "SUPEREGO_TEST_MCP_LOG"
+	// LingerEnv, set, keeps the server's process running once its client
+	// has gone, as a server with work of its own would, until it is killed.
+	LingerEnv = "SUPEREGO_TEST_MCP_LINGER"
 )
 
 // PageFile is the file fetch reads for url: beside LogEnv's file, named
@@ -224,11 +230,29 @@ func Main() {
 	if kind == "actions" {
 		s = NewActionsServer()
 	}
-	if err := s.Run(context.Background(), &mcp.StdioTransport{}); err != nil {
+	err := s.Run(context.Background(), &mcp.StdioTransport{})
+	for os.Getenv(LingerEnv) != "" {
+		time.Sleep(time.Hour)
+	}
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "mcptest:", err)
 		os.Exit(1)
 	}
 	os.Exit(0)
+}
+
+// Gone reports whether a process has ended: there is no such process, or
+// it is a zombie that no one has reaped yet.
+func Gone(pid int) bool {
+	if syscall.Kill(pid, 0) == syscall.ESRCH {
+		return true
+	}
+	stat, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "stat"))
+	if err != nil { // no /proc here, or it has just been reaped
+		return syscall.Kill(pid, 0) == syscall.ESRCH
+	}
+	_, state, _ := strings.Cut(string(stat), ") ")
+	return strings.HasPrefix(state, "Z")
 }
 
 // ExitAtOnce has the children a test binary starts of itself (servers,
