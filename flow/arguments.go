@@ -14,7 +14,7 @@ import (
 	"unicode"
 )
 
-// What is judged is what runs (SPEC §3c). A call's arguments are decoded
+// What is judged is what runs. A call's arguments are decoded
 // once, here, into one value: the rules read it, and its JSON, written
 // anew from it, is what the judges, the record and the tool read. Readers
 // of JSON disagree on what is not plain: a key given twice (the first

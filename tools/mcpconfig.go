@@ -32,7 +32,7 @@ type MCPServer struct {
 	// TrustAnnotations takes the server at its word when its tools' MCP
 	// annotations say they are read-only or closed-world. Annotations are
 	// the server's own claims, so by default every tool of a server
-	// changes things and reaches outside (SPEC §9).
+	// changes things and reaches outside.
 	TrustAnnotations bool
 }
 
