@@ -24,6 +24,7 @@
 package mcptest
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -64,7 +65,8 @@ func PageFile(log, url string) string {
 	return log + ".page." + neturl.QueryEscape(url)
 }
 
-// Calls reads the calls LogEnv's file holds: "TOOL\tARGUMENTS" lines.
+// Calls reads the calls LogEnv's file holds: "TOOL\tARGUMENTS" lines,
+// whole ones only, since a server may be killed while it writes one.
 func Calls(tb testing.TB, log string) []string {
 	tb.Helper()
 	b, err := os.ReadFile(log)
@@ -74,7 +76,11 @@ func Calls(tb testing.TB, log string) []string {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	return strings.Split(strings.TrimSuffix(string(b), "\n"), "\n")
+	whole := string(b[:bytes.LastIndexByte(b, '\n')+1])
+	if whole == "" {
+		return nil
+	}
+	return strings.Split(strings.TrimSuffix(whole, "\n"), "\n")
 }
 
 // logCall writes a call to LogEnv's file, and syncs it: the process may be
