@@ -55,21 +55,16 @@ type mcpConn struct {
 	cfg     MCPServer
 	secrets []string
 	started chan struct{} // closed when the first start has succeeded or failed
-	// hung asks run to end the running session: a call to it got no
-	// answer in time. One request is as good as many, and the sender
-	// never waits.
-	hung chan struct{}
 
 	mu      sync.Mutex
 	state   string
 	session *mcp.ClientSession
+	stop    chan struct{} // the session's: stall closes it to have run end it
 	tools   []Tool
 	why     error // why it is not running
-	// again: the session ended for a call that got no answer, and the
-	// server is started again at once; back is closed once it runs, or
-	// failed to start, and calls wait for it till then.
-	again bool
-	back  chan struct{}
+	// back, while the server is started again after a call that got no
+	// answer, is closed once it runs, or failed to start: calls wait.
+	back chan struct{}
 }
 
 // A server that failed is started again after firstRetry, and after
@@ -113,7 +108,7 @@ func (m *MCP) Start() {
 	m.cancel = cancel
 	m.conns = map[string]*mcpConn{}
 	for _, s := range m.Servers {
-		c := &mcpConn{cfg: s, secrets: s.secrets(), state: MCPStarting, started: make(chan struct{}), hung: make(chan struct{}, 1),
+		c := &mcpConn{cfg: s, secrets: s.secrets(), state: MCPStarting, started: make(chan struct{}),
 			why: fmt.Errorf("mcp server %q is starting", s.Name)}
 		m.conns[s.Name] = c
 		m.wg.Add(1)
@@ -251,20 +246,20 @@ func (m *MCP) supervise(ctx context.Context, c *mcpConn) {
 			log.Info("mcp server running", "tools", tools)
 		})
 		if ctx.Err() != nil {
-			c.set(MCPStopped, nil, nil, errors.New("the superego server is shutting down"))
+			c.set(MCPStopped, nil, nil, nil, errors.New("the superego server is shutting down"))
 			return
 		}
-		if c.startAgain() {
+		if errors.Is(err, errStalled) {
 			log.Warn("mcp server started again: a call got no answer in time", "ran", time.Since(up).Round(time.Millisecond))
 			continue
 		}
 		why := fmt.Errorf("mcp server %q is not running (%s; it is started again within %s)", c.cfg.Name, c.redact(err.Error()), wait.Round(time.Millisecond))
-		c.set(MCPRestarting, nil, nil, why)
+		c.set(MCPRestarting, nil, nil, nil, why)
 		log.Warn("mcp server stopped", "err", c.redact(err.Error()), "ran", time.Since(up).Round(time.Millisecond), "retry_in", wait, "stderr", c.redact(stderr.String()))
 		started.Do(func() { close(c.started) })
 		select {
 		case <-ctx.Done():
-			c.set(MCPStopped, nil, nil, errors.New("the superego server is shutting down"))
+			c.set(MCPStopped, nil, nil, nil, errors.New("the superego server is shutting down"))
 			return
 		case <-time.After(wait):
 		}
@@ -307,6 +302,7 @@ func (c *mcpConn) run(ctx context.Context, stderr *tail, running func(tools int)
 	}
 	ended := make(chan error, 1) // Wait's result; read once, whichever way run returns
 	go func() { ended <- session.Wait() }()
+	stop := make(chan struct{})
 	defer func() {
 		session.Close()
 		<-ended
@@ -321,7 +317,7 @@ func (c *mcpConn) run(ctx context.Context, stderr *tail, running func(tools int)
 		if tools == nil {
 			tools = []Tool{}
 		}
-		c.set(MCPRunning, session, tools, nil)
+		c.set(MCPRunning, session, stop, tools, nil)
 		return len(tools), nil
 	}
 	n, err := list()
@@ -343,9 +339,9 @@ func (c *mcpConn) run(ctx context.Context, stderr *tail, running func(tools int)
 			if _, err := list(); err != nil {
 				return err
 			}
-		case <-c.hung:
+		case <-stop:
 			killGroup(cmd) // it does not answer: it gets no time to shut down
-			return errors.New("a call got no answer in time")
+			return errStalled
 		}
 	}
 }
@@ -438,46 +434,41 @@ func (c *mcpConn) live(ctx context.Context) (*mcp.ClientSession, error) {
 	return c.session, nil
 }
 
+// errStalled ends a session that a call got no answer from.
+var errStalled = errors.New("a call got no answer in time")
+
 // stall ends session, a call to which got no answer in time, unless it
-// has ended already: supervise starts the server again at once, and
-// calls wait for it.
+// has ended already: run ends it, supervise starts the server again at
+// once, and calls wait for that.
 func (c *mcpConn) stall(session *mcp.ClientSession) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.session != session {
 		return
 	}
-	c.state, c.session, c.again = MCPRestarting, nil, true
+	close(c.stop)
+	c.state, c.session, c.stop = MCPRestarting, nil, nil
 	c.why = fmt.Errorf("mcp server %q is starting again: a call got no answer in time", c.cfg.Name)
 	c.back = make(chan struct{})
-	select {
-	case c.hung <- struct{}{}:
-	default:
-	}
 }
 
-// startAgain reports, once, whether the session that ended was ended by
-// stall.
-func (c *mcpConn) startAgain() bool {
+// set records the server's state: with session and its stop channel while
+// it runs.
+func (c *mcpConn) set(state string, session *mcp.ClientSession, stop chan struct{}, tools []Tool, why error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	again := c.again
-	c.again = false
-	return again
-}
-
-func (c *mcpConn) set(state string, session *mcp.ClientSession, tools []Tool, why error) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	select {
-	case <-c.hung: // about a session that is gone
-	default:
+	if stop != nil {
+		select {
+		case <-stop:
+			return // stalled as it listed its tools again: run ends it
+		default:
+		}
 	}
 	if c.back != nil {
 		close(c.back) // it runs again, or failed to: calls waiting go on
 		c.back = nil
 	}
-	c.state, c.session, c.why = state, session, why
+	c.state, c.session, c.stop, c.why = state, session, stop, why
 	if tools != nil {
 		// Otherwise a stopped server's tools stay listed, and answer why
 		// they cannot be called, until it lists them again.
