@@ -61,7 +61,7 @@ func (a *Agent) relay(ctx context.Context, t *flow.Task, m Model, emit func(flow
 	toolCtx := tools.WithInstance(ctx, t.InstanceID)
 	propose := func(i int, c gateway.Call) {
 		use, info, run := a.prepare(t, o, llms.ToolCall{ID: c.ID, Type: "function", FunctionCall: &llms.FunctionCall{Name: c.Name, Arguments: c.Args}}, i, timeout)
-		gate.Propose(i, use, info, func(context.Context) flow.Result { return run(toolCtx) })
+		gate.Propose(i, use, info, func(_ context.Context, input json.RawMessage) flow.Result { return run(toolCtx, input) })
 	}
 	sink := gateway.Sink{
 		Text: func(delta string) {
