@@ -63,6 +63,14 @@ bench-gating:
 bench-agent:
 	$(GO) run ./bench/agent_overhead
 
+# The guarded model's transparency and cost (issues 40, 41): an agent
+# framework's requests through bare_agent and guarded_agent on Chat
+# Completions, Responses and Messages against the same requests straight to
+# the model; bench/gateway/README.md.
+.PHONY: bench-gateway
+bench-gateway:
+	$(GO) run ./bench/gateway
+
 # Speculation against OpenAI's Agents SDK for JavaScript (issue 17);
 # bench/speculation/README.md. npm ci installs the SDK at its pinned version
 # in bench/speculation/node_modules, which git ignores; without npm, or

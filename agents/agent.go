@@ -15,6 +15,7 @@ import (
 	"github.com/tmc/langchaingo/llms"
 
 	"superego/flow"
+	"superego/gateway"
 	"superego/supervision"
 	"superego/tools"
 )
@@ -61,6 +62,9 @@ func (a *Agent) Act(ctx context.Context, t *flow.Task, emit func(flow.Event)) (f
 	if timeout <= 0 {
 		timeout = 2 * time.Minute
 	}
+	if relays(t, m) {
+		return a.relay(ctx, t, m, emit, timeout)
+	}
 	o := a.offer(t)
 	var offered []llms.Tool
 	for _, tool := range o.tools {
@@ -78,7 +82,7 @@ func (a *Agent) Act(ctx context.Context, t *flow.Task, emit func(flow.Event)) (f
 	toolCtx := tools.WithInstance(ctx, t.InstanceID)
 	propose := func(i int, c llms.ToolCall) {
 		use, info, run := a.prepare(t, o, c, i, timeout)
-		gate.Propose(i, use, info, func(context.Context) flow.Result { return run(toolCtx) })
+		gate.Propose(i, use, info, func(_ context.Context, input json.RawMessage) flow.Result { return run(toolCtx, input) })
 	}
 	if len(t.Approved) > 0 {
 		// A person answered the calls that waited: they run, or are
@@ -262,15 +266,23 @@ func toolChoice(t *flow.Task) any {
 	if t.Client == nil || len(t.Client.Choice) == 0 || string(t.Client.Choice) == "null" {
 		return nil
 	}
-	if n := len(t.ToolRounds); n > 0 {
-		last := t.ToolRounds[n-1].ToolUsage
-		if len(last) > 0 && !slices.ContainsFunc(last, func(u flow.ToolUse) bool { return !u.Refused }) {
-			return "auto"
-		}
+	if allRefused(t) {
+		return "auto"
 	}
 	var choice any
 	json.Unmarshal(t.Client.Choice, &choice)
 	return choice
+}
+
+// allRefused reports whether every call of the model's last reply was
+// refused: the model is asked again at once, with the tool choice its own.
+func allRefused(t *flow.Task) bool {
+	n := len(t.ToolRounds)
+	if n == 0 {
+		return false
+	}
+	last := t.ToolRounds[n-1].ToolUsage
+	return len(last) > 0 && !slices.ContainsFunc(last, func(u flow.ToolUse) bool { return !u.Refused })
 }
 
 // resolve finds the tools names name: a built-in tool by its name, an MCP
@@ -323,7 +335,7 @@ func (a *Agent) catalog(names []string) supervision.Catalog {
 
 // infoOf is what the executor must know of a tool to decide a call to it.
 func infoOf(tool tools.Tool) flow.ToolInfo {
-	return flow.ToolInfo{Description: tool.Description, ReadOnly: tool.ReadOnly, ClosedWorld: tool.ClosedWorld, Client: tool.Client}
+	return flow.ToolInfo{Description: tool.Description, ReadOnly: tool.ReadOnly, ClosedWorld: tool.ClosedWorld, Client: tool.Client, Parameters: tool.Parameters}
 }
 
 // ToolInfo is what the task's node is offered as the tool name, as its
@@ -339,44 +351,37 @@ func (a *Agent) ToolInfo(t *flow.Task, name string) (flow.ToolInfo, bool) {
 }
 
 // prepare makes the model's i-th tool call ready to decide (flow.Calls):
-// the call as the step records it, what the executor must know of its
-// tool, and how to run it. A call to a tool the node was not offered, or
-// with arguments that are not JSON, runs nothing and answers the model
-// why. A tool's error goes back to the model as its result.
-func (a *Agent) prepare(t *flow.Task, o *offered, c llms.ToolCall, i int, timeout time.Duration) (flow.ToolUse, flow.ToolInfo, func(context.Context) flow.Result) {
+// the call as the model made it, what the executor must know of its tool
+// (the schema of its parameters included: flow.Calls decodes the
+// arguments), and how to run it with the arguments decoded. A call to a
+// tool the node was not offered runs nothing and answers the model why. A
+// tool's error goes back to the model as its result.
+func (a *Agent) prepare(t *flow.Task, o *offered, c llms.ToolCall, i int, timeout time.Duration) (flow.ToolUse, flow.ToolInfo, flow.Run) {
 	node := t.Node
 	use := flow.ToolUse{ID: c.ID}
 	if use.ID == "" { // some OpenAI-compatible servers omit it; tool results need one
 		use.ID = fmt.Sprintf("call_%s_%d", t.StepID, i+1)
 	}
-	args := ""
 	if c.FunctionCall != nil {
-		use.ToolName, args = c.FunctionCall.Name, c.FunctionCall.Arguments
-	}
-	switch {
-	case strings.TrimSpace(args) == "":
-		use.Input = json.RawMessage("{}")
-	case json.Valid([]byte(args)):
-		use.Input = json.RawMessage(args)
-	default:
-		use.Input, _ = json.Marshal(args) // kept as text, so the step stays valid JSON
+		use.ToolName, use.Input = c.FunctionCall.Name, json.RawMessage(c.FunctionCall.Arguments)
 	}
 	inert := flow.ToolInfo{ReadOnly: true, ClosedWorld: true}
-	answer := func(msg string) func(context.Context) flow.Result {
-		return func(context.Context) flow.Result { return flow.Result{Error: msg} }
+	answer := func(msg string) flow.Run {
+		return func(context.Context, json.RawMessage) flow.Result { return flow.Result{Error: msg} }
 	}
 	if supervision.Handles(use.ToolName) {
 		if o.session == nil {
 			return use, inert, answer(fmt.Sprintf("no tool %q here", use.ToolName))
 		}
 		label := "unknown" // a name the model made up is no metric's label
-		if slices.ContainsFunc(supervision.Offered(node), func(d supervision.Def) bool { return d.Name == use.ToolName }) {
-			label = use.ToolName
+		defs := supervision.Offered(node)
+		if i := slices.IndexFunc(defs, func(d supervision.Def) bool { return d.Name == use.ToolName }); i >= 0 {
+			label, inert.Parameters = use.ToolName, defs[i].Parameters
 		}
-		return use, inert, func(ctx context.Context) flow.Result {
+		return use, inert, func(ctx context.Context, input json.RawMessage) flow.Result {
 			_, observed := a.toolStarted(ctx, t, label)
 			var r flow.Result
-			out, proposed, err := o.session.Call(node, use.ToolName, use.Input)
+			out, proposed, err := o.session.Call(node, use.ToolName, input)
 			if err != nil {
 				r.Error = err.Error()
 			}
@@ -394,23 +399,24 @@ func (a *Agent) prepare(t *flow.Task, o *offered, c llms.ToolCall, i int, timeou
 		return use, inert, answer(fmt.Sprintf("no tool %q here; the tools are: %s", use.ToolName, strings.Join(names, ", ")))
 	}
 	tool := o.tools[i]
-	if !json.Valid([]byte(args)) && strings.TrimSpace(args) != "" {
-		return use, inert, answer("the arguments are not valid JSON")
-	}
 	info := infoOf(tool)
 	if tool.Client {
-		if !strings.HasPrefix(use.ID, "call_") || len(use.ID) != len("call_")+32 {
-			use.ID = "call_" + flow.NewCallID() // the id the client answers with: it names this call only
+		prefix := "call_"
+		if t.Client.Wire == gateway.Messages {
+			prefix = "toolu_"
+		}
+		if !strings.HasPrefix(use.ID, prefix) || len(use.ID) != len(prefix)+32 {
+			use.ID = prefix + flow.NewCallID() // the id the client answers with: it names this call only
 		}
 		return use, info, nil // the client runs it
 	}
-	return use, info, func(ctx context.Context) (r flow.Result) {
+	return use, info, func(ctx context.Context, input json.RawMessage) (r flow.Result) {
 		toolCtx, cancel := context.WithTimeout(ctx, timeout)
 		defer cancel()
 		toolCtx, observed := a.toolStarted(toolCtx, t, use.ToolName)
 		returned := false
 		defer func() { a.Observe.toolEnded(toolCtx, observed, returned, r.Error != "") }() // a panic is the tool's, observed as such
-		out, err := tool.Call(toolCtx, use.Input)
+		out, err := tool.Call(toolCtx, input)
 		returned = true
 		if err != nil {
 			r.Error = err.Error()

@@ -250,11 +250,15 @@ func TestToolFailuresGoBackToTheModel(t *testing.T) {
 		t.Fatalf("outcome %+v, want failed with tool_failed", r.out)
 	}
 	first := r.steps()[1].ToolUsage
-	wants := []string{"too large", `no tool "nope" here`, "not valid JSON"}
+	wants := []string{"too large", `no tool "nope" here`}
 	for i, w := range wants {
 		if !strings.Contains(first[i].Error, w) {
 			t.Errorf("tool use %d error %q, want it to say %q", i, first[i].Error, w)
 		}
+	}
+	// Arguments that do not decode run nothing: the call is refused.
+	if u := first[2]; !u.Refused || !strings.HasPrefix(u.Output, "refused: invalid arguments: not valid JSON") || string(u.Input) != `"{\"expr"` {
+		t.Errorf("tool use 2: %+v", u)
 	}
 	second := srv.Requests()[1].ToolResults()
 	if len(second) != 3 || !strings.HasPrefix(second[0].Text, "error: ") {

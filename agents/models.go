@@ -1,6 +1,7 @@
 package agents
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"net/http"
@@ -10,14 +11,20 @@ import (
 	"github.com/tmc/langchaingo/llms"
 	"github.com/tmc/langchaingo/llms/anthropic"
 	"github.com/tmc/langchaingo/llms/openai"
+
+	"superego/gateway"
 )
 
 // Model is a resolved model: the client, the name steps record, and the
-// call options its provider needs.
+// call options its provider needs. ID is the provider's name for it;
+// Upstream, for a provider with a model API, speaks it for the agent
+// that takes a model API client's request (relay).
 type Model struct {
-	LLM     llms.Model
-	Name    string
-	Options []llms.CallOption
+	LLM      llms.Model
+	Name     string
+	Options  []llms.CallOption
+	ID       string
+	Upstream *gateway.Upstream
 }
 
 // Providers resolves "provider:model" strings to models. Settings mirror the
@@ -87,7 +94,7 @@ func (p *Providers) build(spec string) (Model, error) {
 		client.Transport = http.DefaultTransport
 	}
 	client.Transport = watchExchange{client.Transport} // what each call sent and was answered (sent.go)
-	m := Model{Name: provider + ":" + name}
+	m := Model{Name: provider + ":" + name, ID: name}
 	var err error
 	switch provider {
 	case "offline":
@@ -102,6 +109,7 @@ func (p *Providers) build(spec string) (Model, error) {
 		}
 		m.LLM, err = openai.New(opts...)
 		m.Options = []llms.CallOption{llms.WithJSONMode()}
+		m.Upstream = &gateway.Upstream{Wire: gateway.Chat, BaseURL: cmp.Or(p.OpenAIBaseURL, "https://api.openai.com/v1"), Key: p.OpenAIKey, Client: client}
 	case "ollama":
 		// Ollama's own API, as langchaingo speaks it, drops tools; its
 		// OpenAI-compatible /v1 keeps them.
@@ -115,6 +123,7 @@ func (p *Providers) build(spec string) (Model, error) {
 		m.LLM, err = openai.New(openai.WithToken("ollama"), openai.WithModel(name),
 			openai.WithBaseURL(strings.TrimRight(host, "/")+"/v1"), openai.WithHTTPClient(client))
 		m.Options = []llms.CallOption{llms.WithJSONMode()}
+		m.Upstream = &gateway.Upstream{Wire: gateway.Chat, BaseURL: host, Key: "ollama", Client: client}
 	case "anthropic":
 		if p.AnthropicKey == "" {
 			return Model{}, fmt.Errorf("%w: set ANTHROPIC_API_KEY", ErrNoKey)
@@ -129,6 +138,7 @@ func (p *Providers) build(spec string) (Model, error) {
 		}
 		m.LLM, err = anthropic.New(opts...)
 		m.Options = []llms.CallOption{llms.WithMaxTokens(4096)}
+		m.Upstream = &gateway.Upstream{Wire: gateway.Messages, BaseURL: cmp.Or(p.AnthropicBaseURL, "https://api.anthropic.com"), Key: p.AnthropicKey, Client: client}
 	default:
 		return Model{}, fmt.Errorf("unknown provider %q (providers: %s)", provider, strings.Join(ProviderNames, ", "))
 	}

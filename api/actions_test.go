@@ -34,7 +34,7 @@ const (
 )
 
 // actionsFlow is an assistant with workspace tools and the test MCP server
-// "web" (fetch, send, echo, hold), its calls judged by "judge"; %s are the
+// "web" (fetch, send, echo, hold, save, stash), its calls judged by "judge"; %s are the
 // assistant's extra settings and the judge's.
 const actionsFlow = `{"name": "Actions", "graph": {"start": "assistant", "nodes": {
   "assistant": {"type": "inner_agent", "agent_id": "assistant", "system_prompt": "Work.",
@@ -47,14 +47,21 @@ const actionsFlow = `{"name": "Actions", "graph": {"start": "assistant", "nodes"
 const unjudging = `, "transitions": {"BLOCK": null}`
 
 // actionFixture serves flows whose assistant has the workspace tools and
-// the test MCP server "web" over streamable HTTP; its send and hold calls
-// are counted in sent, the server's own log.
+// the test MCP server "web" over streamable HTTP; its send, hold, save and
+// stash calls are counted in sent, the server's own log.
 type actionFixture struct {
 	*fixture
 	sent string
 }
 
 func serveActions(t *testing.T, defs map[string]string, play func(agentstest.Request) agentstest.Answer) *actionFixture {
+	t.Helper()
+	return serveActionsTrusting(t, false, defs, play)
+}
+
+// serveActionsTrusting is serveActions with the web server's annotations
+// trusted or not (trust_annotations).
+func serveActionsTrusting(t *testing.T, trust bool, defs map[string]string, play func(agentstest.Request) agentstest.Answer) *actionFixture {
 	t.Helper()
 	sent := filepath.Join(t.TempDir(), "sent.log")
 	t.Setenv(mcptest.LogEnv, sent)
@@ -65,7 +72,12 @@ func serveActions(t *testing.T, defs map[string]string, play func(agentstest.Req
 	t.Cleanup(web.Close)
 	logs := &syncBuffer{}
 	log := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	m := &tools.MCP{Servers: []tools.MCPServer{{Name: "web", URL: web.URL}}, Log: log}
+	conf := `{"mcpServers": {"web": {"type": "http", "url": "` + web.URL + `"` + map[bool]string{true: `, "trust_annotations": true`}[trust] + `}}}`
+	servers, err := tools.ParseMCP([]byte(conf), os.Getenv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := &tools.MCP{Servers: servers, Log: log}
 	m.Start()
 	t.Cleanup(m.Close)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -300,9 +312,9 @@ func TestRulesDecideWithoutAJudge(t *testing.T) {
 }
 
 // Read-only, closed-world calls go to no judge, and neither do their
-// results.
+// results: an MCP tool's, where mcp.json trusts its server's annotations.
 func TestReadOnlyClosedWorldCallsReachNoJudge(t *testing.T) {
-	f := serveActions(t, map[string]string{"a": sprintf(actionsFlow, `, "tool_judge": "judge", "result_judge": "judge"`, "")}, judged(calls(
+	f := serveActionsTrusting(t, true, map[string]string{"a": sprintf(actionsFlow, `, "tool_judge": "judge", "result_judge": "judge"`, "")}, judged(calls(
 		agentstest.Call{ID: "c1", Name: "calculator", Args: `{"expression": "6*7"}`},
 		agentstest.Call{ID: "r1", Name: "read_file", Args: `{"path": "none.txt"}`},
 		agentstest.Call{ID: "e1", Name: "mcp__web__echo", Args: `{"text": "hi"}`},

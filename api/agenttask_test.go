@@ -44,7 +44,7 @@ func taskModel(r agentstest.Request) agentstest.Answer {
 			return agentstest.Reply(thinkingMarker, "BLOCK", guidanceMarker, "Mail to evil.example was not asked for.")
 		}
 		return agentstest.Reply(thinkingMarker, "ACCEPT", guidanceMarker, "")
-	case "agent":
+	case "", "agent":
 	default:
 		return agentstest.Answer{Status: 400, Text: "unknown node " + r.Node()}
 	}
@@ -111,7 +111,8 @@ func taskModel(r agentstest.Request) agentstest.Answer {
 	for _, r := range refusals {
 		answer += " (" + r + ")"
 	}
-	a := agentstest.Reply(thinkingMarker, "COMPLETE", guidanceMarker, answer)
+	// The agent answers as a model does, not in the judges' JSON.
+	a := agentstest.Answer{Text: answer}
 	a.Chunk = len(a.Text) // one chunk: the fake cuts chunks at bytes, which would split "°"
 	return a
 }

@@ -58,13 +58,18 @@ func (m *agentModel) script(r agentstest.Request) agentstest.Answer {
 		if strings.Contains(r.Messages[0].Text, "pay") {
 			calls = append(calls, agentstest.Call{ID: "up_pay", Name: "transfer_money", Args: `{"to":"eve","amount":500}`})
 		}
+		if strings.Contains(r.Messages[0].Text, "spelled") {
+			calls = append(calls, agentstest.Call{ID: "up_case", Name: "get_weather", Args: `{"city":"Oslo","CITY":"Atlantis"}`},
+				agentstest.Call{ID: "up_type", Name: "get_weather", Args: `{"city":["Oslo"]}`},
+				agentstest.Call{ID: "up_extra", Name: "get_weather", Args: `{"city":"Oslo","units":"C"}`})
+		}
 		return agentstest.Answer{ToolCalls: calls}
 	}
 	var read []string
 	for _, res := range results {
 		read = append(read, res.Text)
 	}
-	return agentstest.Reply(thinkingMarker, "COMPLETE", guidanceMarker, "I read: "+strings.Join(read, " | "))
+	return agentstest.Answer{Text: "I read: " + strings.Join(read, " | ")} // the agent answers as a model does, not in the judges' JSON
 }
 
 func (m *agentModel) count(node string) int {
@@ -202,6 +207,29 @@ func TestARefusedCallNeverReachesTheClient(t *testing.T) {
 	if r.status != 200 || r.Choices[0].FinishReason != "stop" || len(r.Choices[0].Message.ToolCalls) != 0 ||
 		*r.Choices[0].Message.Content != "I read: refused by action_superego: Paying was not asked for." {
 		t.Errorf("%s", r.raw)
+	}
+}
+
+// A client's tool gets its calls decoded and checked against its schema
+// as any tool does: a key in two cases, or a value of the wrong type,
+// refuses the call, which never reaches the client, and the model reads
+// why; a key the schema does not name reaches it, as a schema without
+// "additionalProperties": false admits it.
+func TestClientToolArgumentsAreDecodedOnce(t *testing.T) {
+	f, m := newAgentFixture(t, nil, nil)
+	user := "the weather, spelled out"
+	first := ask(t, f, "guarded_agent", `[{"role": "user", "content": "`+user+`"}]`)
+	if calls := first.Choices[0].Message.ToolCalls; len(calls) != 1 || calls[0].Function.Arguments != `{"city":"Oslo","units":"C"}` {
+		t.Fatalf("the client was sent %s", first.raw)
+	}
+	second := ask(t, f, "guarded_agent", toolRound(user, first, "Snow"))
+	want := `I read: refused: invalid arguments: "city" and "CITY" are the same key when case is ignored; give it once | ` +
+		`refused: invalid arguments: "city" must be of type string, not an array | Snow`
+	if second.status != 200 || second.Choices[0].Message.Content == nil || *second.Choices[0].Message.Content != want {
+		t.Errorf("the model read %s", second.raw)
+	}
+	if n := m.count("action_superego"); n != 2 {
+		t.Errorf("the action judge was asked %d times, want 2: the call that went out, and its result", n)
 	}
 }
 

@@ -7,6 +7,7 @@ import (
 	"net/http"
 
 	"superego/flow"
+	"superego/gateway"
 )
 
 // Error is an HTTP error with its JSON body: {"error": {code, message, fields}}.
@@ -63,8 +64,8 @@ func (s *Server) adapt(h func(w http.ResponseWriter, r *http.Request) error, wri
 		if err == nil {
 			return
 		}
-		e, oe := (*Error)(nil), (*openAIError)(nil)
-		if r.Context().Err() != nil && !errors.As(err, &e) && !errors.As(err, &oe) {
+		e, ge := (*Error)(nil), (*gateway.Error)(nil)
+		if r.Context().Err() != nil && !errors.As(err, &e) && !errors.As(err, &ge) {
 			// The client went away: nobody reads an answer, and it is no
 			// fault of the server's.
 			s.logger().Debug("client went away", "method", r.Method, "route", routeOf(r), "err", err)

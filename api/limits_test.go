@@ -14,6 +14,7 @@ import (
 	"superego/api"
 	"superego/experiment"
 	"superego/flow"
+	"superego/gateway"
 )
 
 // limitedLab serves the test flows with a lab whose experiments may have
@@ -165,7 +166,7 @@ func TestAConversationIsBounded(t *testing.T) {
 		t.Errorf("refusing 32,000 messages took %d MB of heap", peak>>20)
 	}
 	peak = heapPeak(func() {
-		resp := f.do(t, "POST", "/v1/chat/completions", conversation(api.MaxMessages, 900<<10))
+		resp := f.do(t, "POST", "/v1/chat/completions", conversation(gateway.MaxMessages, 900<<10))
 		status, answer = resp.StatusCode, body(t, resp)
 	})
 	if status != 200 {

@@ -39,7 +39,8 @@ const mcpSecret = "sk-mcp-SECRET-7788"
 
 // mcpFixture serves flows whose agents use the MCP servers "t" (the test
 // server over stdio, kept down while the file down exists) and "web" (the
-// same server over streamable HTTP), on a scripted model.
+// same server over streamable HTTP), both with their annotations trusted,
+// on a scripted model.
 type mcpFixture struct {
 	*fixture
 	mcp  *tools.MCP
@@ -71,10 +72,9 @@ func serveMCP(t *testing.T, defs map[string]string, play func(agentstest.Request
 		h.ServeHTTP(w, r)
 	}))
 	t.Cleanup(web.Close)
-	m := &tools.MCP{Servers: []tools.MCPServer{
-		mcptest.Command(t, "t", map[string]string{mcptest.DownEnv: down, mcptest.SecretEnv: mcpSecret}),
-		{Name: "web", URL: web.URL},
-	}, Log: log}
+	stdio := mcptest.Command(t, "t", map[string]string{mcptest.DownEnv: down, mcptest.SecretEnv: mcpSecret})
+	stdio.TrustAnnotations = true // the read-only tools speculate
+	m := &tools.MCP{Servers: []tools.MCPServer{stdio, {Name: "web", URL: web.URL, TrustAnnotations: true}}, Log: log}
 	m.Start()
 	t.Cleanup(m.Close)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)

@@ -361,16 +361,32 @@ func TestOpenAIGoClient(t *testing.T) {
 	t.Run("failed run", func(t *testing.T) {
 		_, err := client.Chat.Completions.New(ctx, user("broken model"))
 		var apiErr *openai.Error
-		if !errors.As(err, &apiErr) || apiErr.StatusCode != http.StatusBadGateway || apiErr.Code != "llm_unavailable" || apiErr.Type != "server_error" ||
-			!strings.HasPrefix(apiErr.Message, "The flow's run failed (instance ") {
+		// The error names the code, the node and the instance; never the
+		// judge's provider or model, nor the upstream's own words.
+		if !errors.As(err, &apiErr) || apiErr.StatusCode != http.StatusBadGateway || apiErr.Code != "judge_error" || apiErr.Type != "server_error" ||
+			!strings.HasPrefix(apiErr.Message, "The flow's run failed at node input_superego (instance ") || !strings.Contains(apiErr.RawJSON(), `"node":"input_superego"`) {
 			t.Errorf("failed run: %v", err)
 		}
 		stream := client.Chat.Completions.NewStreaming(ctx, user("broken model"))
 		for stream.Next() {
 		}
 		var streamErr *ssestream.StreamError
-		if !errors.As(stream.Err(), &streamErr) || !strings.Contains(string(streamErr.Event.Data), `"code":"llm_unavailable"`) {
+		if !errors.As(stream.Err(), &streamErr) || !strings.Contains(string(streamErr.Event.Data), `"code":"judge_error"`) {
 			t.Errorf("failed stream: %v", stream.Err())
+		}
+		var said []string
+		if apiErr != nil {
+			said = append(said, apiErr.RawJSON())
+		}
+		if streamErr != nil {
+			said = append(said, string(streamErr.Event.Data))
+		}
+		for _, said := range said {
+			for _, secret := range []string{"gpt-test", "openai", "overloaded", "503"} {
+				if strings.Contains(said, secret) {
+					t.Errorf("a failed run's error says %q: %s", secret, said)
+				}
+			}
 		}
 	})
 
@@ -440,7 +456,7 @@ func TestOpenAIDeltasAddUpToTheAnswer(t *testing.T) {
 				t.Errorf("done %+v; the stream said %q", done, s.content)
 			}
 			first := s.chunks[0]
-			if first.Choices[0].Delta.Role != "assistant" || *first.Choices[0].Delta.Content != "" {
+			if first.Choices[0].Delta.Role != "assistant" || first.Choices[0].Delta.Content != nil { // null, as OpenAI sends it
 				t.Errorf("first chunk %+v", first)
 			}
 			for _, ch := range s.chunks {
@@ -575,7 +591,7 @@ func TestOpenAIGoldenWire(t *testing.T) {
 func TestOpenAIRequestErrors(t *testing.T) {
 	f := newOpenAIFixture(t, 0)
 	user := `"messages": [{"role": "user", "content": "What is 6*7?"}]`
-	big := `{"model": "calc", "messages": [{"role": "user", "content": "` + strings.Repeat("x", api.MaxBody) + `"}]}`
+	big := `{"model": "calc", "messages": [{"role": "user", "content": "` + strings.Repeat("x", api.MaxModelBody) + `"}]}`
 	cases := []struct {
 		name, path, body, ctype, key string
 		status                       int
@@ -588,7 +604,7 @@ func TestOpenAIRequestErrors(t *testing.T) {
 		{"not JSON", "", `model=calc`, "application/x-www-form-urlencoded", "", 415,
 			`{"message":"Send the body as JSON, with Content-Type: application/json.","type":"invalid_request_error","param":null,"code":"unsupported_media_type"}`},
 		{"body too large", "", big, "", "", 413,
-			`{"message":"The body is over 1048576 bytes.","type":"invalid_request_error","param":null,"code":"body_too_large"}`},
+			`{"message":"The body is over 16777216 bytes.","type":"invalid_request_error","param":null,"code":"body_too_large"}`},
 		{"missing model", "", `{` + user + `}`, "", "", 400,
 			`{"message":"Missing required parameter: 'model'.","type":"invalid_request_error","param":"model","code":"missing_required_parameter"}`},
 		{"empty model", "", `{"model": "", ` + user + `}`, "", "", 400,
@@ -609,8 +625,10 @@ func TestOpenAIRequestErrors(t *testing.T) {
 			`{"message":"Invalid 'messages[0].content': a user's message must not be empty.","type":"invalid_request_error","param":"messages[0].content","code":"invalid_value"}`},
 		{"no content", "", `{"model": "calc", "messages": [{"role": "user"}]}`, "", "", 400,
 			`{"message":"Invalid 'messages[0].content': a user's message must not be empty.","type":"invalid_request_error","param":"messages[0].content","code":"invalid_value"}`},
-		{"an image part", "", `{"model": "calc", "messages": [{"role": "user", "content": [{"type": "text", "text": "What is this?"}, {"type": "image_url", "image_url": {"url": "https://example.com/a.png"}}]}]}`, "", "", 400,
-			`{"message":"Unsupported value: 'messages[0].content[1].type' is \"image_url\": a flow takes text only.","type":"invalid_request_error","param":"messages[0].content[1].type","code":"unsupported_value"}`},
+		{"an image for a flow with no client agent", "", `{"model": "calc", "messages": [{"role": "user", "content": [{"type": "text", "text": "What is this?"}, {"type": "image_url", "image_url": {"url": "https://example.com/a.png"}}]}]}`, "", "", 400,
+			`{"message":"Unsupported value: 'messages': an image reaches only a flow's client agent, and this flow has none.","type":"invalid_request_error","param":"messages","code":"unsupported_value"}`},
+		{"audio", "", `{"model": "calc", "messages": [{"role": "user", "content": [{"type": "input_audio", "input_audio": {"data": "", "format": "wav"}}]}]}`, "", "", 400,
+			`{"message":"Unsupported value: 'messages[0].content[0].type' is \"input_audio\": a flow takes text, and images in a user's message.","type":"invalid_request_error","param":"messages[0].content[0].type","code":"unsupported_value"}`},
 		{"a text part without text", "", `{"model": "calc", "messages": [{"role": "user", "content": [{"type": "text"}]}]}`, "", "", 400,
 			`{"message":"Missing required parameter: 'messages[0].content[0].text'.","type":"invalid_request_error","param":"messages[0].content[0].text","code":"missing_required_parameter"}`},
 		{"content of a wrong type", "", `{"model": "calc", "messages": [{"role": "user", "content": 42}]}`, "", "", 400,
@@ -638,11 +656,11 @@ func TestOpenAIRequestErrors(t *testing.T) {
 		{"audio modality", "", `{"model": "calc", ` + user + `, "modalities": ["text", "audio"]}`, "", "", 400,
 			`{"message":"Unsupported parameter: 'modalities': a flow answers with text only.","type":"invalid_request_error","param":"modalities","code":"unsupported_parameter"}`},
 		{"JSON output", "", `{"model": "calc", ` + user + `, "response_format": {"type": "json_object"}}`, "", "", 400,
-			`{"message":"Unsupported parameter: 'response_format': a flow's answer is its nodes' text, in no format a client can ask for.","type":"invalid_request_error","param":"response_format","code":"unsupported_parameter"}`},
+			`{"message":"Unsupported parameter: 'response_format': this flow's answer is its nodes' text, in no format a client can ask for.","type":"invalid_request_error","param":"response_format","code":"unsupported_parameter"}`},
 		{"logprobs", "", `{"model": "calc", ` + user + `, "logprobs": true}`, "", "", 400,
-			`{"message":"Unsupported parameter: 'logprobs': a flow's answer comes from several models' calls and has no log probabilities.","type":"invalid_request_error","param":"logprobs","code":"unsupported_parameter"}`},
+			`{"message":"Unsupported parameter: 'logprobs': a flow's answer is judged by several models' calls, and carries no log probabilities.","type":"invalid_request_error","param":"logprobs","code":"unsupported_parameter"}`},
 		{"stop sequences", "", `{"model": "calc", ` + user + `, "stop": ["\n"]}`, "", "", 400,
-			`{"message":"Unsupported parameter: 'stop': a flow's answer is judged whole; it is never cut at a stop sequence.","type":"invalid_request_error","param":"stop","code":"unsupported_parameter"}`},
+			`{"message":"Unsupported parameter: 'stop': this flow's answer is judged whole; it is never cut at a stop sequence.","type":"invalid_request_error","param":"stop","code":"unsupported_parameter"}`},
 		{"an unknown parameter", "", `{"model": "calc", ` + user + `, "top_k": 5}`, "", "", 400,
 			`{"message":"Unrecognized request argument supplied: top_k","type":"invalid_request_error","param":"top_k","code":"unknown_parameter"}`},
 		{"stream_options without stream", "", `{"model": "calc", ` + user + `, "stream_options": {"include_usage": true}}`, "", "", 400,
@@ -652,13 +670,13 @@ func TestOpenAIRequestErrors(t *testing.T) {
 		{"unknown flow", "", `{"model": "nope", ` + user + `}`, "", "", 404,
 			"{\"message\":\"The model `nope` does not exist: a model is a flow of this server, and GET /v1/models lists them.\",\"type\":\"invalid_request_error\",\"param\":\"model\",\"code\":\"model_not_found\"}"},
 		{"no key", "", `{"model": "calc", ` + user + `}`, "", "-", 401,
-			`{"message":"You didn't provide an API key: send one of the server's SUPEREGO_API_KEYS as Authorization: Bearer KEY.","type":"invalid_request_error","param":null,"code":"invalid_api_key"}`},
+			`{"message":"You didn't provide an API key: send one of the server's SUPEREGO_API_KEYS as Authorization: Bearer KEY, or x-api-key: KEY.","type":"invalid_request_error","param":null,"code":"invalid_api_key"}`},
 		{"a wrong key", "", `{"model": "calc", ` + user + `}`, "", "sk-wrong", 401,
 			`{"message":"Incorrect API key provided: it is not one of the server's SUPEREGO_API_KEYS.","type":"invalid_request_error","param":null,"code":"invalid_api_key"}`},
 		{"a wrong key on an unknown route", "/v1/embeddings", `{}`, "", "sk-wrong", 401,
 			`{"message":"Incorrect API key provided: it is not one of the server's SUPEREGO_API_KEYS.","type":"invalid_request_error","param":null,"code":"invalid_api_key"}`},
 		{"an unknown route", "/v1/embeddings", `{"model": "calc", "input": "hi"}`, "", "", 404,
-			`{"message":"Unknown request URL: POST /v1/embeddings. Under /v1 this server answers GET /v1/models and POST /v1/chat/completions.","type":"invalid_request_error","param":null,"code":"unknown_url"}`},
+			`{"message":"Unknown request URL: POST /v1/embeddings. Under /v1 this server answers GET /v1/models, POST /v1/chat/completions, POST /v1/responses, POST /v1/messages and POST /v1/messages/count_tokens.","type":"invalid_request_error","param":null,"code":"unknown_url"}`},
 		{"a wrong method", "/v1/models", `{}`, "", "", 405,
 			`{"message":"POST is not allowed on /v1/models","type":"invalid_request_error","param":null,"code":"method_not_allowed"}`},
 	}
@@ -705,8 +723,8 @@ func TestOpenAIIgnoredParameters(t *testing.T) {
 	if resp.StatusCode != 200 || !strings.Contains(b, `"content":"The answer is 42."`) {
 		t.Fatalf("%d %s", resp.StatusCode, b)
 	}
-	if got := resp.Header.Get("X-Superego-Ignored-Parameters"); got != "frequency_penalty, max_tokens, presence_penalty, temperature, top_p, user" {
-		t.Errorf("ignored parameters header %q", got)
+	if got := resp.Header.Get("X-Superego-Dropped"); got != "frequency_penalty, max_tokens, presence_penalty, temperature, top_p, user" {
+		t.Errorf("dropped parameters header %q", got)
 	}
 }
 
@@ -773,7 +791,7 @@ func TestOpenAIBusyCancelledAndShuttingDown(t *testing.T) {
 	resp = <-answer
 	if got := strings.TrimSpace(body(t, resp)); resp.StatusCode != 409 || resp.Header.Get("X-Should-Retry") != "false" ||
 		resp.Header.Get("X-Superego-Instance-Id") != list[0].InstanceID ||
-		got != `{"error":{"message":"The flow's run was cancelled (instance `+list[0].InstanceID+`).","type":"invalid_request_error","param":null,"code":"cancelled"}}` {
+		got != `{"error":{"message":"The flow's run was cancelled (instance `+list[0].InstanceID+`).","type":"invalid_request_error","param":null,"code":"cancelled","instance_id":"`+list[0].InstanceID+`"}}` {
 		t.Errorf("cancelled: %d %v %s", resp.StatusCode, resp.Header, got)
 	}
 

@@ -121,7 +121,7 @@ func (s *Server) Handler() http.Handler {
 	r.With(s.experimenter).Post("/experiments/{id}/cancel", s.handler(s.cancelExperiment))
 	r.With(s.experimenter).Post("/experiments/{id}/resume", s.handler(s.resumeExperiment))
 	r.With(s.experimenter).Post("/experiments/{id}/replay", s.handler(s.replayExperiment))
-	r.Route("/v1", s.openAIRoutes) // OpenAI's Chat Completions API, a flow as the model (openai.go)
+	r.Route("/v1", s.modelRoutes) // a flow as a model of OpenAI's and Anthropic's APIs (gateway.go)
 	r.NotFound(s.handler(func(w http.ResponseWriter, r *http.Request) error {
 		return &Error{Status: http.StatusNotFound, Code: "not_found", Message: "no route " + r.Method + " " + r.URL.Path}
 	}))

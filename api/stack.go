@@ -1,7 +1,6 @@
 package api
 
 import (
-	"bytes"
 	"crypto/subtle"
 	"encoding/json"
 	"errors"
@@ -139,32 +138,6 @@ func picksOf(q string) ([]flow.Pick, error) {
 		return nil, constitutionsError(problems)
 	}
 	return picks, nil
-}
-
-// openAIStackError is a stack's error in OpenAI's format, at its field.
-func openAIStackError(err error) error {
-	e, ok := err.(*Error)
-	if !ok {
-		return err
-	}
-	oe := &openAIError{Status: e.Status, Code: e.Code, Message: e.Message}
-	if len(e.Fields) > 0 {
-		f := e.Fields[0]
-		oe.Param, oe.Code, oe.Message = f.Field, "invalid_value", fmt.Sprintf("Invalid '%s': %s.", f.Field, f.Message)
-	}
-	return oe
-}
-
-// readConstitutions reads /v1/chat/completions' constitutions.
-// A field other than name and adherence is refused: no text goes into a
-// stack.
-func readConstitutions(req *chatRequest, raw json.RawMessage) error {
-	dec := json.NewDecoder(bytes.NewReader(raw))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&req.constitutions); err != nil {
-		return invalid("constitutions", "invalid_type", `Invalid 'constitutions': expected an array of {"name", "adherence"} objects (%s).`, strings.TrimPrefix(err.Error(), "json: "))
-	}
-	return nil
 }
 
 // constitutionInfo is a library constitution as GET /constitutions lists it.

@@ -37,6 +37,9 @@ type ToolInfo struct {
 	// Client: a client's own tool (SPEC §4a), which the client runs. An
 	// accepted call goes to it; its result comes back in a later run.
 	Client bool
+	// Parameters is the JSON schema of the tool's arguments, which a call's
+	// arguments must meet to run (nil: any JSON object).
+	Parameters map[string]any
 }
 
 // judgedFirst reports whether a call to the tool goes to a call judge:
@@ -102,10 +105,12 @@ type Calls struct {
 
 // call is one proposed call and how it was decided.
 type call struct {
-	use    ToolUse
-	info   ToolInfo
-	run    func(ctx context.Context) Result
-	preset bool // decided already, by a person's review
+	use  ToolUse
+	info ToolInfo
+	run  Run
+	// preset: decided already, by a person's review, or refused because
+	// its arguments do not decode
+	preset bool
 
 	ruling  Ruling
 	decided chan struct{} // closed once the verdict is in
@@ -133,10 +138,23 @@ func Ungated(emit func(Event)) *Calls {
 	return &Calls{node: &Node{}, task: &Task{}, ctx: context.Background(), out: emit}
 }
 
+// Run runs an accepted call with input, its arguments as the call's
+// record holds them: the one value the rules and the judges read.
+type Run func(ctx context.Context, input json.RawMessage) Result
+
 // Propose gives the node's i-th call of the reply, as soon as its
-// arguments are whole. The same call proposed again changes nothing; a
-// call whose arguments differ from those proposed before replaces it.
-func (c *Calls) Propose(i int, use ToolUse, info ToolInfo, run func(ctx context.Context) Result) {
+// arguments are whole; use.Input holds them as the model wrote them. The
+// same call proposed again changes nothing; a call whose arguments differ
+// from those proposed before replaces it. A call whose arguments do not
+// decode, or that info's parameters do not accept, never runs: the model
+// reads why.
+func (c *Calls) Propose(i int, use ToolUse, info ToolInfo, run Run) {
+	input, args, invalid := decodeArguments(use.Input, info.Parameters)
+	if invalid == nil {
+		use.Input = input
+	} else if !json.Valid(use.Input) {
+		use.Input, _ = json.Marshal(string(use.Input)) // kept as text, so the record stays valid JSON
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for len(c.calls) <= i {
@@ -150,12 +168,17 @@ func (c *Calls) Propose(i int, use ToolUse, info ToolInfo, run func(ctx context.
 	}
 	k := &call{use: use, info: info, run: run, decided: make(chan struct{})}
 	c.calls[i] = k
+	if invalid != nil {
+		k.use.Refused, k.use.Output, k.preset = true, "refused: invalid arguments: "+invalid.Error(), true
+		close(k.decided)
+		return
+	}
 	if a := c.approved(use.ID); a != nil {
 		k.use.JudgedBy, k.use.Refused, k.use.Output, k.preset = a.JudgedBy, a.Refused, a.Output, true
 		close(k.decided)
 		return
 	}
-	k.ruling = c.node.Permissions.decide(use.ToolName, use.Input)
+	k.ruling = c.node.Permissions.decide(use.ToolName, args)
 	if k.ruling.Effect != "" {
 		c.obs.ruled(c.flowID, k.ruling.Effect)
 	}
@@ -374,7 +397,7 @@ func runCall(ctx context.Context, k *call) (r Result, err error) {
 			err = fmt.Errorf("%w: %s panicked: %v", ErrToolFailed, k.use.ToolName, p)
 		}
 	}()
-	return k.run(ctx), nil
+	return k.run(ctx, k.use.Input), nil
 }
 
 // rule applies what decides a call that no judge took: a person's answer,

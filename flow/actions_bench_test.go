@@ -58,7 +58,7 @@ func BenchmarkRuledCalls(b *testing.B) {
 					Input: json.RawMessage(fmt.Sprintf(`{"path": "notes/day %d.md", "content": "what was done"}`, i))}
 			}
 			ran := 0
-			noop := func(context.Context) flow.Result { ran++; return flow.Result{Output: "written"} }
+			noop := func(context.Context, json.RawMessage) flow.Result { ran++; return flow.Result{Output: "written"} }
 			var last []flow.ToolUse
 			agent := agentFunc(func(t *flow.Task) (flow.Reply, error) {
 				if t.Node.Name != "a" {

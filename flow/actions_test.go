@@ -81,7 +81,8 @@ func TestJudgedActionsValidation(t *testing.T) {
 
 // Rules decide as Claude Code's do: deny before ask before allow; a path
 // that climbs out is never allowed or asked by a rule, though a deny may
-// stop it; arguments that give a key twice are refused.
+// stop it, and reads every string the argument holds; arguments that give
+// a key twice, in any case, are refused.
 func TestPermissionRules(t *testing.T) {
 	def, err := parseJudged("", `, "permissions": {
 		"allow": ["write_file(path=notes/**)", "read_file", "mcp__mail__list*"],
@@ -102,8 +103,17 @@ func TestPermissionRules(t *testing.T) {
 		{"write_file", `{"path": "notes/x\u0000"}`, ""},
 		{"write_file", `{"path": 5}`, ""},
 		{"write_file", `{}`, ""},
-		{"write_file", `{"path": "notes/x", "path": "elsewhere"}`, `deny: arguments: "path" is given twice`},
-		{"write_file", `{"a": {"b": 1, "b": 2}}`, `deny: arguments: "b" is given twice`},
+		{"write_file", `{"path": "notes/x", "path": "elsewhere"}`, `invalid arguments: "path" is given twice`},
+		{"write_file", `{"a": {"b": 1, "b": 2}}`, `invalid arguments: "a.b" is given twice`},
+		{"write_file", `{"path": "notes/x", "PATH": "x.env"}`, `invalid arguments: "path" and "PATH" are the same key when case is ignored; give it once`},
+		{"write_file", `{"a": [{"k": 1, "\u212a": 2}]}`, `invalid arguments: "a[0].k" and "a[0].K" are the same key when case is ignored; give it once`},
+		// A deny reads every string inside a value, and the argument in
+		// any case; allow and ask read a string under its exact name.
+		{"write_file", `{"path": ["notes/secrets.env"]}`, "deny: write_file(path=**/*.env)"},
+		{"write_file", `{"path": {"a": [1, {"b": "x/y.env"}]}}`, "deny: write_file(path=**/*.env)"},
+		{"write_file", `{"PATH": "notes/secrets.env"}`, "deny: write_file(path=**/*.env)"},
+		{"write_file", `{"path": ["notes/x"]}`, ""},
+		{"write_file", `{"Path": "notes/x"}`, ""},
 		{"delete_file", `{"path": "../x"}`, "deny: delete_file(path=../**)"},
 		{"delete_file", `{"path": "x"}`, ""},
 		{"read_file", `{"path": "anything"}`, "allow: read_file"},

@@ -266,8 +266,9 @@ func (e *Engine) start(ctx context.Context, req Request, review *Review, attach 
 		return nil, Turn{}, fmt.Errorf("instance %s runs flow %q, not %q: %w", instanceID, inst.FlowID, req.FlowID, ErrInvalid)
 	}
 	for i, s := range req.Prior {
-		if s.Role != RoleUser && s.Role != RoleAssistant || !isNew {
-			return nil, Turn{}, fmt.Errorf("prior message %d: a new instance's messages are user or assistant ones: %w", i, ErrInvalid)
+		client := s.Role == RoleSystem && s.AgentID == ClientInstructions
+		if s.Role != RoleUser && s.Role != RoleAssistant && !client || !isNew {
+			return nil, Turn{}, fmt.Errorf("prior message %d: a new instance's messages are user or assistant ones, or its client's instructions: %w", i, ErrInvalid)
 		}
 	}
 	turn, err := e.turn(ctx, f, req.Options)
@@ -519,7 +520,7 @@ func (e *Engine) lose(run *liveRun, turn Turn, cause error) Outcome {
 	run.mu.Lock()
 	now := time.Now().UTC()
 	end := []Event{
-		{ID: run.seq + 1, Name: EventError, Time: now, Data: ErrorData{ErrorCode(cause), cause.Error()}},
+		{ID: run.seq + 1, Name: EventError, Time: now, Data: ErrorData{Code: ErrorCode(cause), Message: cause.Error()}},
 		{ID: run.seq + 2, Name: EventDone, Time: now, Data: Done{InstanceID: turn.InstanceID, Status: StatusFailed}},
 	}
 	run.seq += 2
@@ -656,7 +657,7 @@ func (e *Engine) Recover(ctx context.Context, only func(RunOptions) bool) (int, 
 		}
 		if reason != "" {
 			end := []Event{
-				{ID: st.LastID + 1, Name: EventError, Time: time.Now().UTC(), Data: ErrorData{"internal", reason}},
+				{ID: st.LastID + 1, Name: EventError, Time: time.Now().UTC(), Data: ErrorData{Code: "internal", Message: reason}},
 				{ID: st.LastID + 2, Name: EventDone, Time: time.Now().UTC(), Data: Done{InstanceID: inst.ID, Status: StatusFailed, Usage: &RunUsage{}}},
 			}
 			// Held events stay unseen: the run ends without their judgement.

@@ -223,7 +223,7 @@ func (r *runner) end(out Outcome) Outcome {
 	}
 	var end []Event
 	if out.Status == StatusFailed {
-		end = append(end, Event{Name: EventError, Data: ErrorData{ErrorCode(out.Err), out.Err.Error()}})
+		end = append(end, Event{Name: EventError, Data: ErrorData{Code: ErrorCode(out.Err), Message: out.Err.Error(), Node: r.cur}})
 	}
 	done := Done{InstanceID: t.InstanceID, Status: out.Status, Response: r.response, Usage: r.runUsage()}
 	if r.replay != nil {
@@ -234,9 +234,19 @@ func (r *runner) end(out Outcome) Outcome {
 	switch {
 	case out.Status == StatusAwaitingToolResult:
 		sent := map[string]bool{}
-		for _, w := range waitingResults(r.steps[r.turn+1:]) {
+		this := r.steps[r.turn+1:]
+		for _, w := range waitingResults(this) {
 			done.ToolCalls = append(done.ToolCalls, ToolCall{Node: w.node, ToolName: w.use.ToolName, Input: w.use.Input, ToolCallID: w.use.ID})
 			sent[w.use.ID] = true
+		}
+		// The answer's text is that of the reply whose calls go, where
+		// it was released: a held turn's stays held.
+		done.Response = ""
+		for i := len(this) - 1; i >= 0 && len(r.held) == 0; i-- {
+			if slices.ContainsFunc(this[i].ToolUsage, func(u ToolUse) bool { return sent[u.ID] }) {
+				done.Response = this[i].Response
+				break
+			}
 		}
 		end[len(end)-1].Data = done
 		if len(r.held) > 0 {
@@ -1234,8 +1244,9 @@ func (r *runner) task(steps []Step, held map[string]bool, node *Node) *Task {
 
 // toolRounds are an agent's tool rounds as its model reads them: a call
 // that waited for a person's review, or for a client's result (§4a), is
-// read where it ran, or was refused, once answered; the answers
-// themselves, and the judgements of the calls, are no rounds.
+// read in its place among its reply's calls, as it ran or was refused once
+// answered; the answers themselves, and the judgements of the calls, are
+// no rounds.
 func toolRounds(steps []Step) []Step {
 	waited := func(s Step) bool {
 		return s.AgentID == Reviewer || s.Judged != nil || slices.ContainsFunc(s.ToolUsage, func(u ToolUse) bool { return u.Awaiting || u.AwaitingResult })
@@ -1243,18 +1254,31 @@ func toolRounds(steps []Step) []Step {
 	if !slices.ContainsFunc(steps, waited) {
 		return steps
 	}
+	answer := map[string]ToolUse{} // a waited call's use once answered, by id
+	for _, s := range steps {
+		for _, u := range s.ToolUsage {
+			if s.AgentID != Reviewer && s.Judged == nil && !u.Awaiting && !u.AwaitingResult {
+				answer[u.ID] = u
+			}
+		}
+	}
 	out := make([]Step, 0, len(steps))
-	for j, s := range steps {
+	moved := map[string]bool{} // answers read in their call's place
+	for _, s := range steps {
 		if s.AgentID == Reviewer || s.Judged != nil {
 			continue
 		}
-		later := map[string]bool{}
-		for _, l := range steps[j+1:] {
-			for _, u := range l.ToolUsage {
-				later[u.ID] = l.AgentID != Reviewer
+		uses := make([]ToolUse, 0, len(s.ToolUsage))
+		for _, u := range s.ToolUsage {
+			switch a, ok := answer[u.ID]; {
+			case (u.Awaiting || u.AwaitingResult) && ok:
+				uses, moved[u.ID] = append(uses, a), true
+			case !u.Awaiting && !u.AwaitingResult && moved[u.ID]:
+			default:
+				uses = append(uses, u)
 			}
 		}
-		s.ToolUsage = slices.DeleteFunc(slices.Clone(s.ToolUsage), func(u ToolUse) bool { return (u.Awaiting || u.AwaitingResult) && later[u.ID] })
+		s.ToolUsage = uses
 		out = append(out, s)
 	}
 	return out

@@ -2,5 +2,15 @@ package flow
 
 import "encoding/json"
 
-// Decide is what the permissions say of a call, for tests.
-func Decide(p *Permissions, tool string, input json.RawMessage) Ruling { return p.decide(tool, input) }
+// Decide is what the permissions say of a call, for tests: arguments that
+// do not decode are refused as the executor refuses them.
+func Decide(p *Permissions, tool string, input json.RawMessage) Ruling {
+	_, args, err := decodeArguments(input, nil)
+	if err != nil {
+		return Ruling{EffectDeny, "invalid arguments: " + err.Error()}
+	}
+	return p.decide(tool, args)
+}
+
+// DecodeArguments is decodeArguments, for tests.
+var DecodeArguments = decodeArguments

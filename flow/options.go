@@ -61,11 +61,26 @@ type RunOptions struct {
 
 // ClientTools are a request's function tools, offered to the flow's
 // "client" agent, with OpenAI's tool_choice and parallel_tool_calls.
+// Where the request came through a model API (Chat Completions, Responses,
+// Messages), Wire names the protocol and Body is the request as the
+// client sent it, its whole conversation resolved: the agent's model is
+// sent that request, not the flow's transcript, so that it is the agent
+// the client's developer built.
 type ClientTools struct {
 	Tools    []ClientTool    `json:"tools"`
 	Choice   json.RawMessage `json:"tool_choice,omitempty"`
 	Parallel *bool           `json:"parallel_tool_calls,omitempty"`
+	Wire     string          `json:"wire,omitempty"`
+	Body     json.RawMessage `json:"body,omitempty"`
+	// Header is the request's headers an upstream of the same protocol is
+	// sent too: Anthropic's anthropic-beta and anthropic-version.
+	Header map[string]string `json:"header,omitempty"`
 }
+
+// ClientInstructions is the agent id of a new instance's first step where
+// a model API's client gave its agent instructions: a judge reads them as
+// the client's, untrusted context, never as instructions to itself.
+const ClientInstructions = "client_instructions"
 
 // ClientTool is one of a client's function tools.
 type ClientTool struct {

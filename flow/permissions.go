@@ -1,7 +1,6 @@
 package flow
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
 	"path"
@@ -113,27 +112,79 @@ func (r rule) on(tool string) bool {
 }
 
 // match reports whether the rule decides a call to tool with args, the
-// call's decoded arguments.
+// call's decoded arguments. An allow or ask condition reads the argument's
+// string only; a deny condition also reads it under its name in another
+// case, and every string inside a value that is not one: a deny stops what
+// any reader of the arguments might take the argument to be.
 func (r rule) match(tool string, args map[string]any) bool {
 	if !r.on(tool) {
 		return false
 	}
 	for _, c := range r.conds {
-		v, ok := args[c.arg].(string)
-		if !ok {
-			return false
+		if r.effect == EffectDeny {
+			if !slices.ContainsFunc(stringsIn(argFolded(args, c.arg)), c.matches) {
+				return false
+			}
+			continue
 		}
-		p := path.Clean(v)
+		v, ok := args[c.arg].(string)
 		// A path that climbs out, or that another system reads otherwise,
 		// is never let through by a rule; a deny may still stop it.
-		if (r.effect == EffectAllow || r.effect == EffectAsk) && (p == ".." || strings.HasPrefix(p, "../") || strings.ContainsAny(v, "\\\x00") || strings.HasPrefix(p, "/")) {
-			return false
-		}
-		if ok, _ := doublestar.Match(c.glob, p); !ok {
+		if !ok || (r.effect == EffectAllow || r.effect == EffectAsk) && climbs(v) || !c.matches(v) {
 			return false
 		}
 	}
 	return true
+}
+
+// matches reports whether v, cleaned as a slash-separated path, matches
+// the condition's glob.
+func (c cond) matches(v string) bool {
+	ok, _ := doublestar.Match(c.glob, path.Clean(v))
+	return ok
+}
+
+// climbs reports whether a path leaves where it is read from, or would be
+// read otherwise elsewhere: "..", a leading "/", a backslash, a NUL.
+func climbs(v string) bool {
+	p := path.Clean(v)
+	return p == ".." || strings.HasPrefix(p, "../") || strings.ContainsAny(v, "\\\x00") || strings.HasPrefix(p, "/")
+}
+
+// argFolded is the argument named name, or named so in another case: the
+// arguments hold at most one such key (decodeArguments).
+func argFolded(args map[string]any, name string) any {
+	if v, ok := args[name]; ok {
+		return v
+	}
+	for k, v := range args {
+		if strings.EqualFold(k, name) {
+			return v
+		}
+	}
+	return nil
+}
+
+// stringsIn are the strings v holds: v itself, or the items of an array
+// and the values of an object, at any depth.
+func stringsIn(v any) []string {
+	switch v := v.(type) {
+	case string:
+		return []string{v}
+	case []any:
+		var out []string
+		for _, x := range v {
+			out = append(out, stringsIn(x)...)
+		}
+		return out
+	case map[string]any:
+		var out []string
+		for _, x := range v {
+			out = append(out, stringsIn(x)...)
+		}
+		return out
+	}
+	return nil
 }
 
 // Rule is a permission rule read on its own, to match calls with: an
@@ -148,10 +199,10 @@ func ParseRule(text string) (Rule, error) {
 }
 
 // Matches reports whether the rule matches a call to tool with input, its
-// arguments as JSON.
+// arguments as JSON; arguments that do not decode match only a rule
+// without conditions.
 func (r Rule) Matches(tool string, input json.RawMessage) bool {
-	var args map[string]any
-	json.Unmarshal(input, &args)
+	_, args, _ := decodeArguments(input, nil)
 	return r.r.match(tool, args)
 }
 
@@ -162,70 +213,18 @@ type Ruling struct {
 	Rule   string
 }
 
-// decide finds the rule that decides a call: deny before ask before
-// allow. Arguments that name a key twice are refused: one reader may see
-// the first and another the last.
-func (p *Permissions) decide(tool string, input json.RawMessage) Ruling {
-	if p == nil || len(p.rules) == 0 {
+// decide finds the rule that decides a call, given its decoded arguments:
+// deny before ask before allow.
+func (p *Permissions) decide(tool string, args map[string]any) Ruling {
+	if p == nil {
 		return Ruling{}
 	}
-	if key, dup := duplicateKey(input); dup {
-		return Ruling{EffectDeny, fmt.Sprintf("deny: arguments: %q is given twice", key)}
-	}
-	var args map[string]any
-	json.Unmarshal(input, &args) // arguments that are not an object match no condition
 	for _, r := range p.rules {
 		if r.match(tool, args) {
 			return Ruling{r.effect, r.effect + ": " + r.text}
 		}
 	}
 	return Ruling{}
-}
-
-// duplicateKey finds a key the arguments object gives twice, at any depth.
-func duplicateKey(input json.RawMessage) (string, bool) {
-	if !bytes.Contains(input, []byte(`"`)) {
-		return "", false
-	}
-	dec := json.NewDecoder(bytes.NewReader(input))
-	type frame struct {
-		keys map[string]bool // nil in an array
-		key  bool            // the next token in this object is a key
-	}
-	var stack []frame
-	for {
-		tok, err := dec.Token()
-		if err != nil {
-			return "", false // the end, or not JSON: other checks refuse that
-		}
-		var top *frame
-		if n := len(stack); n > 0 {
-			top = &stack[n-1]
-		}
-		if top != nil && top.keys != nil && top.key {
-			if k, ok := tok.(string); ok {
-				if top.keys[k] {
-					return k, true
-				}
-				top.keys[k] = true
-				top.key = false
-				continue
-			}
-		}
-		switch tok {
-		case json.Delim('{'):
-			stack = append(stack, frame{keys: map[string]bool{}, key: true})
-			continue
-		case json.Delim('['):
-			stack = append(stack, frame{})
-			continue
-		case json.Delim('}'), json.Delim(']'):
-			stack = stack[:len(stack)-1]
-		}
-		if n := len(stack); n > 0 && stack[n-1].keys != nil {
-			stack[n-1].key = true // a value ended: a key comes next
-		}
-	}
 }
 
 // parse reads the rules, deny first, and reports each that does not parse

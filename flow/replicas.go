@@ -204,7 +204,7 @@ func (e *Engine) failRun(run *liveRun, turn Turn, claim *Claim, reason string) {
 	info := RunInfo{FlowID: turn.FlowID, InstanceID: turn.InstanceID, RunID: turn.RunID, Resumed: true}
 	ctx := e.Exec.Observe.runStarted(context.Background(), info)
 	defer e.Exec.Observe.runEnded(ctx, info, Outcome{Status: StatusFailed, Err: errors.New(reason)})
-	end := []Event{{Name: EventError, Data: ErrorData{"internal", reason}}, {Name: EventDone, Data: Done{InstanceID: turn.InstanceID, Status: StatusFailed, Usage: &RunUsage{}}}}
+	end := []Event{{Name: EventError, Data: ErrorData{Code: "internal", Message: reason}}, {Name: EventDone, Data: Done{InstanceID: turn.InstanceID, Status: StatusFailed, Usage: &RunUsage{}}}}
 	if err := e.publish(turn.InstanceID, run, end, true); err != nil {
 		e.runLog(&turn).Error("run's end not recorded", "err", err)
 	}

@@ -2,6 +2,7 @@ package flow_test
 
 import (
 	"context"
+	"encoding/json"
 	"strings"
 	"sync"
 	"testing"
@@ -106,7 +107,7 @@ func TestResultsAreDurableBeforeTheModelReadsThem(t *testing.T) {
 			return reply("COMPLETE", "42"), nil
 		}
 		task.Calls.Propose(0, flow.ToolUse{ID: "c1", ToolName: "calculator", Input: []byte(`{"expression":"6*7"}`)},
-			flow.ToolInfo{ReadOnly: true, ClosedWorld: true}, func(context.Context) flow.Result { return flow.Result{Output: "42"} })
+			flow.ToolInfo{ReadOnly: true, ClosedWorld: true}, func(context.Context, json.RawMessage) flow.Result { return flow.Result{Output: "42"} })
 		uses, err := task.Calls.Finish(context.Background(), 1)
 		return flow.Reply{ToolUsage: uses}, err
 	})

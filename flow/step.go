@@ -223,6 +223,7 @@ type (
 	ErrorData struct {
 		Code    string `json:"code"`
 		Message string `json:"message"`
+		Node    string `json:"node,omitempty"` // where the run failed, if at a node
 	}
 	Done struct {
 		InstanceID string        `json:"instance_id"`

@@ -58,7 +58,7 @@ func TestFailedSpeculativeTurnCountsItsJudgements(t *testing.T) {
 		case "j":
 			return flow.Reply{Decision: flow.Accept, Usage: &flow.Usage{PromptTokens: 7, CompletionTokens: 1}}, nil
 		case "a":
-			run := func(context.Context) flow.Result { return flow.Result{Output: "2"} }
+			run := func(context.Context, json.RawMessage) flow.Result { return flow.Result{Output: "2"} }
 			task.Calls.Propose(0, flow.ToolUse{ID: "c1", ToolName: "calculator", Input: []byte(`{"expression":"1+1"}`)}, flow.ToolInfo{}, run)
 			task.Calls.Propose(0, flow.ToolUse{ID: "c1", ToolName: "calculator", Input: []byte(`{"expression":"2+2"}`)}, flow.ToolInfo{}, run)
 			return flow.Reply{Usage: &flow.Usage{PromptTokens: 100, CompletionTokens: 10}}, errors.New("the provider failed")

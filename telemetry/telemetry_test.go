@@ -40,8 +40,8 @@ const (
 	thinkingMarker = "THINKING-5d1e"
 	guidanceMarker = "GUIDANCE-a09b"
 	draftMarker    = "DRAFT-77c1"
-	toolMarker     = "TOOLDRAFT-9c2d"
-	wordMarker     = "WORD_4F2E" // a decision: upper case, as decisions are
+	toolMarker     = "731984265017" // a number: the calculator takes its expression, and no other key
+	wordMarker     = "WORD_4F2E"    // a decision: upper case, as decisions are
 )
 
 var markers = []string{thinkingMarker, guidanceMarker, draftMarker, toolMarker, wordMarker}
@@ -92,7 +92,7 @@ func (m *scripted) script(r agentstest.Request) agentstest.Answer {
 		if res := r.ToolResults(); len(res) > 0 {
 			return agentstest.Reply(thinkingMarker, "COMPLETE", guidanceMarker, draftMarker+" the answer is "+res[0].Text+".")
 		}
-		return agentstest.Answer{ToolCalls: []agentstest.Call{{ID: "call_1", Name: "calculator", Args: `{"expression":"6*7","note":"` + toolMarker + `"}`}}}
+		return agentstest.Answer{ToolCalls: []agentstest.Call{{ID: "call_1", Name: "calculator", Args: `{"expression":"6*7+0*` + toolMarker + `"}`}}}
 	case "output_superego":
 		switch {
 		case strings.Contains(user, "Judge this part") && strings.Contains(user, "part three"):

@@ -10,9 +10,11 @@ import (
 	"os"
 	"os/exec"
 	"regexp"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
@@ -57,8 +59,12 @@ type mcpConn struct {
 	mu      sync.Mutex
 	state   string
 	session *mcp.ClientSession
+	stop    chan struct{} // the session's: stall closes it to have run end it
 	tools   []Tool
 	why     error // why it is not running
+	// back, while the server is started again after a call that got no
+	// answer, is closed once it runs, or failed to start: calls wait.
+	back chan struct{}
 }
 
 // A server that failed is started again after firstRetry, and after
@@ -193,7 +199,7 @@ func (m *MCP) Tool(name string) (Tool, bool) {
 		Description: fmt.Sprintf("a tool of the MCP server %q, which has not listed it", server),
 		Parameters:  map[string]any{"type": "object"},
 		Call: func(ctx context.Context, args json.RawMessage) (string, error) {
-			if _, err := c.live(); err != nil {
+			if _, err := c.live(ctx); err != nil {
 				return "", err
 			}
 			return "", fmt.Errorf("mcp server %q has no tool %q", server, tool)
@@ -216,8 +222,17 @@ func (m *MCP) logger() *slog.Logger {
 }
 
 // supervise keeps one server running until ctx ends: it starts it, lists
-// its tools, and when it fails or dies, waits and starts it again.
+// its tools, and when it fails or dies, waits and starts it again; when a
+// call to it got no answer, it starts it again at once.
+//
+// It keeps its OS thread for as long as it runs: a program is sent its
+// parent-death signal when the thread that started it ends (not the
+// process), and Go ends a thread whenever a goroutine that locked it
+// returns without unlocking, which any code may do on a thread it was
+// lent. Locked here, the thread is lent to no one.
 func (m *MCP) supervise(ctx context.Context, c *mcpConn) {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
 	log := m.logger().With("mcp_server", c.cfg.Name)
 	wait := firstRetry
 	var started sync.Once
@@ -231,16 +246,20 @@ func (m *MCP) supervise(ctx context.Context, c *mcpConn) {
 			log.Info("mcp server running", "tools", tools)
 		})
 		if ctx.Err() != nil {
-			c.set(MCPStopped, nil, nil, errors.New("the superego server is shutting down"))
+			c.set(MCPStopped, nil, nil, nil, errors.New("the superego server is shutting down"))
 			return
 		}
+		if errors.Is(err, errStalled) {
+			log.Warn("mcp server started again: a call got no answer in time", "ran", time.Since(up).Round(time.Millisecond))
+			continue
+		}
 		why := fmt.Errorf("mcp server %q is not running (%s; it is started again within %s)", c.cfg.Name, c.redact(err.Error()), wait.Round(time.Millisecond))
-		c.set(MCPRestarting, nil, nil, why)
+		c.set(MCPRestarting, nil, nil, nil, why)
 		log.Warn("mcp server stopped", "err", c.redact(err.Error()), "ran", time.Since(up).Round(time.Millisecond), "retry_in", wait, "stderr", c.redact(stderr.String()))
 		started.Do(func() { close(c.started) })
 		select {
 		case <-ctx.Done():
-			c.set(MCPStopped, nil, nil, errors.New("the superego server is shutting down"))
+			c.set(MCPStopped, nil, nil, nil, errors.New("the superego server is shutting down"))
 			return
 		case <-time.After(wait):
 		}
@@ -260,13 +279,18 @@ func (c *mcpConn) run(ctx context.Context, stderr *tail, running func(tools int)
 		},
 	})
 	var transport mcp.Transport
+	var cmd *exec.Cmd
 	if c.cfg.HTTP() {
 		transport = &mcp.StreamableClientTransport{Endpoint: c.cfg.URL, HTTPClient: &http.Client{Transport: headers{c.cfg.Headers, http.DefaultTransport}}}
 	} else {
-		cmd := exec.Command(c.cfg.Command, c.cfg.Args...)
+		cmd = exec.Command(c.cfg.Command, c.cfg.Args...)
 		cmd.Env = environ(c.cfg.Env)
 		cmd.Stderr = stderr
+		cmd.SysProcAttr = serverProcess()
 		transport = &mcp.CommandTransport{Command: cmd, TerminateDuration: 2 * time.Second}
+		// Whatever else of the program's group is left (the node that
+		// npx started) ends with it.
+		defer killGroup(cmd)
 	}
 	// A first start may download the server (npx): give it time, but not
 	// forever.
@@ -278,6 +302,7 @@ func (c *mcpConn) run(ctx context.Context, stderr *tail, running func(tools int)
 	}
 	ended := make(chan error, 1) // Wait's result; read once, whichever way run returns
 	go func() { ended <- session.Wait() }()
+	stop := make(chan struct{})
 	defer func() {
 		session.Close()
 		<-ended
@@ -292,7 +317,7 @@ func (c *mcpConn) run(ctx context.Context, stderr *tail, running func(tools int)
 		if tools == nil {
 			tools = []Tool{}
 		}
-		c.set(MCPRunning, session, tools, nil)
+		c.set(MCPRunning, session, stop, tools, nil)
 		return len(tools), nil
 	}
 	n, err := list()
@@ -314,6 +339,9 @@ func (c *mcpConn) run(ctx context.Context, stderr *tail, running func(tools int)
 			if _, err := list(); err != nil {
 				return err
 			}
+		case <-stop:
+			killGroup(cmd) // it does not answer: it gets no time to shut down
+			return errStalled
 		}
 	}
 }
@@ -333,16 +361,13 @@ func (c *mcpConn) list(ctx context.Context, session *mcp.ClientSession) ([]Tool,
 		if params == nil {
 			params = map[string]any{"type": "object"}
 		}
-		out = append(out, Tool{
-			Name:        name,
-			Description: t.Description,
-			Parameters:  params,
-			ReadOnly:    t.Annotations != nil && t.Annotations.ReadOnlyHint,
+		tool := Tool{Name: name, Description: t.Description, Parameters: params, Call: c.caller(t.Name)}
+		if a := t.Annotations; a != nil && c.cfg.TrustAnnotations {
 			// MCP's default for openWorldHint is true: only a server that
 			// says false makes a tool closed-world.
-			ClosedWorld: t.Annotations != nil && t.Annotations.OpenWorldHint != nil && !*t.Annotations.OpenWorldHint,
-			Call:        c.caller(t.Name),
-		})
+			tool.ReadOnly, tool.ClosedWorld = a.ReadOnlyHint, a.OpenWorldHint != nil && !*a.OpenWorldHint
+		}
+		out = append(out, tool)
 	}
 	slices.SortFunc(out, func(a, b Tool) int { return strings.Compare(a.Name, b.Name) })
 	return out, nil
@@ -352,7 +377,7 @@ func (c *mcpConn) list(ctx context.Context, session *mcp.ClientSession) ([]Tool,
 // called, so that a tool listed before a restart works after it.
 func (c *mcpConn) caller(tool string) func(context.Context, json.RawMessage) (string, error) {
 	return func(ctx context.Context, args json.RawMessage) (string, error) {
-		session, err := c.live()
+		session, err := c.live(ctx)
 		if err != nil {
 			return "", err
 		}
@@ -363,7 +388,13 @@ func (c *mcpConn) caller(tool string) func(context.Context, json.RawMessage) (st
 		res, err := session.CallTool(ctx, &mcp.CallToolParams{Name: tool, Arguments: arguments})
 		if err != nil {
 			var protocol *jsonrpc.Error
-			if ctx.Err() == nil && !errors.As(err, &protocol) {
+			switch {
+			case errors.Is(ctx.Err(), context.DeadlineExceeded):
+				// It may never answer: the next call goes to the server
+				// started again.
+				c.stall(session)
+				return "", fmt.Errorf("mcp server %q: %s gave no answer in the time a call may take; the server is started again", c.cfg.Name, tool)
+			case ctx.Err() == nil && !errors.As(err, &protocol):
 				// The server is gone (a dead program, an HTTP server
 				// that does not answer): its supervisor starts it again.
 				session.Close()
@@ -381,8 +412,20 @@ func (c *mcpConn) caller(tool string) func(context.Context, json.RawMessage) (st
 	}
 }
 
-// live is the running session, or why there is none.
-func (c *mcpConn) live() (*mcp.ClientSession, error) {
+// live is the running session, or why there is none. While the server
+// is started again after a call that got no answer, it waits for it, as
+// long as ctx lets it.
+func (c *mcpConn) live(ctx context.Context) (*mcp.ClientSession, error) {
+	c.mu.Lock()
+	back := c.back
+	c.mu.Unlock()
+	if back != nil {
+		select {
+		case <-back:
+		case <-ctx.Done():
+			return nil, fmt.Errorf("mcp server %q is starting again, and was not running in time", c.cfg.Name)
+		}
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.session == nil {
@@ -391,14 +434,53 @@ func (c *mcpConn) live() (*mcp.ClientSession, error) {
 	return c.session, nil
 }
 
-func (c *mcpConn) set(state string, session *mcp.ClientSession, tools []Tool, why error) {
+// errStalled ends a session that a call got no answer from.
+var errStalled = errors.New("a call got no answer in time")
+
+// stall ends session, a call to which got no answer in time, unless it
+// has ended already: run ends it, supervise starts the server again at
+// once, and calls wait for that.
+func (c *mcpConn) stall(session *mcp.ClientSession) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.state, c.session, c.why = state, session, why
+	if c.session != session {
+		return
+	}
+	close(c.stop)
+	c.state, c.session, c.stop = MCPRestarting, nil, nil
+	c.why = fmt.Errorf("mcp server %q is starting again: a call got no answer in time", c.cfg.Name)
+	c.back = make(chan struct{})
+}
+
+// set records the server's state: with session and its stop channel while
+// it runs.
+func (c *mcpConn) set(state string, session *mcp.ClientSession, stop chan struct{}, tools []Tool, why error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if stop != nil {
+		select {
+		case <-stop:
+			return // stalled as it listed its tools again: run ends it
+		default:
+		}
+	}
+	if c.back != nil {
+		close(c.back) // it runs again, or failed to: calls waiting go on
+		c.back = nil
+	}
+	c.state, c.session, c.stop, c.why = state, session, stop, why
 	if tools != nil {
 		// Otherwise a stopped server's tools stay listed, and answer why
 		// they cannot be called, until it lists them again.
 		c.tools = tools
+	}
+}
+
+// killGroup kills what is left of a server program's process group, if
+// cmd started one.
+func killGroup(cmd *exec.Cmd) {
+	if cmd != nil && cmd.Process != nil {
+		syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
 	}
 }
 

@@ -32,14 +32,15 @@ func TestParseMCP(t *testing.T) {
 	getenv := func(k string) string { return env[k] }
 	good := `{"mcpServers": {
 	  "fs": {"command": "sh", "args": ["-c", "${HOME}/x"], "env": {"KEY": "${TOKEN}", "MODE": "${MODE:-fast}"}},
-	  "web": {"type": "http", "url": "https://example.com/mcp", "headers": {"Authorization": "Bearer ${TOKEN}"}}
+	  "web": {"type": "http", "url": "https://example.com/mcp", "headers": {"Authorization": "Bearer ${TOKEN}"}, "trust_annotations": true}
 	}}`
 	servers, err := tools.ParseMCP([]byte(good), getenv)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(servers) != 2 || servers[0].Name != "fs" || servers[0].Args[1] != "/home/u/x" || servers[0].Env["KEY"] != "tok-123" || servers[0].Env["MODE"] != "fast" ||
-		servers[1].Name != "web" || !servers[1].HTTP() || servers[1].Headers["Authorization"] != "Bearer tok-123" {
+		servers[1].Name != "web" || !servers[1].HTTP() || servers[1].Headers["Authorization"] != "Bearer tok-123" ||
+		servers[0].TrustAnnotations || !servers[1].TrustAnnotations {
 		t.Errorf("parsed %+v", servers)
 	}
 	// ${TOKEN} names a secret wherever it is used; ${HOME} and ${MODE} do not.
@@ -62,6 +63,7 @@ func TestParseMCP(t *testing.T) {
 		{"name", `{"mcpServers": {"my__fs": {"command": "sh"}}}`, `mcpServers.my__fs: a server's name may hold letters`},
 		{"unset variable", `{"mcpServers": {"fs": {"command": "sh", "env": {"K": "${NOPE}"}}}}`, `mcpServers.fs: the environment has no NOPE`},
 		{"wrong type", `{"mcpServers": {"fs": {"command": "sh", "args": "x"}}}`, `mcpServers.fs: "args" must be a JSON slice`},
+		{"trust as a string", `{"mcpServers": {"fs": {"command": "sh", "trust_annotations": "yes"}}}`, `mcpServers.fs: "trust_annotations" must be a JSON bool`},
 	} {
 		_, err := tools.ParseMCP([]byte(c.file), getenv)
 		if err == nil || !strings.Contains(err.Error(), c.want) {
@@ -131,7 +133,9 @@ func TestMCPOverStdio(t *testing.T) {
 	t.Setenv("SUPEREGO_ADMIN_TOKEN", "admin-secret-never-passed")
 	t.Setenv("OPENAI_API_KEY", "sk-never-passed")
 	t.Setenv("SUPEREGO_DB", "postgres://u:password@db/x")
-	m, _ := startMCP(t, mcptest.Command(t, "t", map[string]string{"GIVEN": "yes"}))
+	server := mcptest.Command(t, "t", map[string]string{"GIVEN": "yes"})
+	server.TrustAnnotations = true
+	m, _ := startMCP(t, server)
 	if got := m.States(); len(got) != 1 || got[0] != (tools.MCPState{Name: "t", State: tools.MCPRunning, Tools: 4}) {
 		t.Fatalf("states %+v", got)
 	}
@@ -168,6 +172,23 @@ func TestMCPOverStdio(t *testing.T) {
 	}
 	if got := m.States(); got[0].State != tools.MCPRunning {
 		t.Errorf("after tool errors: %+v", got)
+	}
+}
+
+// A server's annotations are its own claims: without trust_annotations,
+// every tool of it changes things and reaches outside, whatever they say.
+func TestMCPAnnotationsNeedTrust(t *testing.T) {
+	trusted := mcptest.Command(t, "trusted", nil)
+	trusted.TrustAnnotations = true
+	m, _ := startMCP(t, mcptest.Command(t, "t", nil), trusted)
+	for _, server := range []string{"t", "trusted"} {
+		for _, tool := range m.Tools(server) {
+			annotated := tool.Name == tools.MCPName(server, "echo") || tool.Name == tools.MCPName(server, "pid") || tool.Name == tools.MCPName(server, "env")
+			want := annotated && server == "trusted"
+			if tool.ReadOnly != want || tool.ClosedWorld != want {
+				t.Errorf("%s: read-only %v, closed-world %v; want %v", tool.Name, tool.ReadOnly, tool.ClosedWorld, want)
+			}
+		}
 	}
 }
 
@@ -293,7 +314,7 @@ func TestMCPServerThatNeverStarts(t *testing.T) {
 }
 
 // The MCP filesystem server from npm, which Claude Code users run: its
-// annotations say which tools are read-only. .ci/run installs it and names
+// annotations, trusted, say which tools are read-only. .ci/run installs it and names
 // its program in SUPEREGO_MCP_NODE.
 func TestNodeFilesystemServer(t *testing.T) {
 	bin := os.Getenv("SUPEREGO_MCP_NODE")
@@ -302,7 +323,7 @@ func TestNodeFilesystemServer(t *testing.T) {
 	}
 	dir := t.TempDir()
 	os.WriteFile(filepath.Join(dir, "a.txt"), []byte("from node"), 0o644)
-	m, _ := startMCP(t, tools.MCPServer{Name: "fs", Command: bin, Args: []string{dir}})
+	m, _ := startMCP(t, tools.MCPServer{Name: "fs", Command: bin, Args: []string{dir}, TrustAnnotations: true})
 	readOnly := map[string]bool{}
 	for _, tool := range m.Tools("fs") {
 		readOnly[tool.Name] = tool.ReadOnly
@@ -316,5 +337,38 @@ func TestNodeFilesystemServer(t *testing.T) {
 	}
 	if _, err := callMCP(t, m, "mcp__fs__read_text_file", `{"path": "/etc/passwd"}`); err == nil {
 		t.Error("a path outside its directories: no error")
+	}
+}
+
+// A call that gets no answer in time fails as a tool error, and the
+// server is started again before the next call: that call reaches a new
+// process, and the one that hung is gone.
+func TestMCPHungCallRestartsTheServer(t *testing.T) {
+	m, logs := startMCP(t, mcptest.Command(t, "t", map[string]string{"SUPEREGO_TEST_MCP_SERVER": "actions", mcptest.LogEnv: filepath.Join(t.TempDir(), "calls.log")}))
+	pid := func() int {
+		out, err := callMCP(t, m, "mcp__t__pid", `{}`)
+		n, _ := strconv.Atoi(out)
+		if err != nil || n == 0 {
+			t.Fatalf("pid: %q %v", out, err)
+		}
+		return n
+	}
+	before := pid()
+	hold, _ := m.Tool("mcp__t__hold")
+	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+	defer cancel()
+	if _, err := hold.Call(ctx, json.RawMessage(`{"text": "never answered"}`)); err == nil ||
+		err.Error() != `mcp server "t": hold gave no answer in the time a call may take; the server is started again` {
+		t.Fatalf("the hung call: %v", err)
+	}
+	after := pid()
+	if after == before || !mcptest.Gone(before) {
+		t.Errorf("the next call reached process %d (the hung one was %d, gone: %v)", after, before, mcptest.Gone(before))
+	}
+	if got := m.States()[0]; got.State != tools.MCPRunning || got.Tools != 9 {
+		t.Errorf("after the restart: %+v", got)
+	}
+	if !strings.Contains(logs.String(), "mcp server started again: a call got no answer in time") {
+		t.Errorf("the restart is not logged:\n%s", logs)
 	}
 }

@@ -29,6 +29,11 @@ type MCPServer struct {
 	// Secrets are the values ParseMCP expanded from a variable whose name
 	// says it holds a secret (${GITHUB_TOKEN}), wherever they were used.
 	Secrets []string
+	// TrustAnnotations takes the server at its word when its tools' MCP
+	// annotations say they are read-only or closed-world. Annotations are
+	// the server's own claims, so by default every tool of a server
+	// changes things and reaches outside.
+	TrustAnnotations bool
 }
 
 // HTTP reports whether the server is reached over streamable HTTP rather
@@ -94,7 +99,8 @@ const BuiltinServer = "builtin"
 var mcpServerName = regexp.MustCompile(`^[A-Za-z0-9-]+(_[A-Za-z0-9-]+)*$`)
 
 // ParseMCP reads an mcp.json: {"mcpServers": {"NAME": {"command", "args",
-// "env"} | {"type": "http", "url", "headers"}}}. "${VAR}" and
+// "env"} | {"type": "http", "url", "headers"}}}, each server with
+// "trust_annotations" if its tools' annotations are to be believed. "${VAR}" and
 // "${VAR:-default}" in strings are expanded with getenv, as Claude Code
 // does. Every problem is an error naming the server, and a command that
 // cannot be found is one: a configuration that cannot work stops the start
@@ -133,6 +139,7 @@ func parseMCPServer(name string, raw json.RawMessage, getenv func(string) string
 		Env     map[string]string `json:"env"`
 		URL     string            `json:"url"`
 		Headers map[string]string `json:"headers"`
+		Trust   bool              `json:"trust_annotations"`
 	}
 	s := MCPServer{Name: name}
 	switch {
@@ -144,6 +151,7 @@ func parseMCPServer(name string, raw json.RawMessage, getenv func(string) string
 	if err := strictJSON(raw, &c); err != nil {
 		return s, err
 	}
+	s.TrustAnnotations = c.Trust
 	var missing []string
 	expand := func(v string) string {
 		return expandEnv(v, getenv, func(name string) { missing = append(missing, name) }, func(name, value string) {

@@ -62,12 +62,13 @@ func stringArg(args json.RawMessage, name string) (string, error) {
 	return s, nil
 }
 
+// schema is the parameters of a built-in tool that takes one string.
 func schema(name, description string) map[string]any {
-	return map[string]any{
-		"type": "object",
-		"properties": map[string]any{
-			name: map[string]any{"type": "string", "description": description},
-		},
-		"required": []string{name},
-	}
+	return object(map[string]any{name: map[string]any{"type": "string", "description": description}}, name)
+}
+
+// object is a built-in tool's parameters: these properties, those
+// required, and no other key (a call that gives one is refused).
+func object(props map[string]any, required ...string) map[string]any {
+	return map[string]any{"type": "object", "properties": props, "required": required, "additionalProperties": false}
 }

@@ -102,35 +102,41 @@ func (w *Workspaces) Resolve(instance, rel string) (string, error) {
 // delete_file.
 func (w *Workspaces) Tools() Set {
 	path := map[string]any{"type": "string", "description": "a path relative to the workspace, such as notes/plan.md"}
-	obj := func(props map[string]any, required ...string) map[string]any {
-		return map[string]any{"type": "object", "properties": props, "required": required}
-	}
 	return Set{
 		"write_file": {Name: "write_file", Description: "Write a text file in your workspace, replacing it if it exists; folders are created.",
-			Parameters: obj(map[string]any{"path": path, "content": map[string]any{"type": "string"}}, "path", "content"), Call: w.write, ClosedWorld: true},
+			Parameters: object(map[string]any{"path": path, "content": map[string]any{"type": "string"}}, "path", "content"), Call: w.write, ClosedWorld: true},
 		"read_file": {Name: "read_file", Description: "Read a file of your workspace.",
-			Parameters: obj(map[string]any{"path": path}, "path"), Call: w.read, ReadOnly: true, ClosedWorld: true},
+			Parameters: object(map[string]any{"path": path}, "path"), Call: w.read, ReadOnly: true, ClosedWorld: true},
 		"list_files": {Name: "list_files", Description: "List the files of your workspace (or of one folder in it), with their sizes.",
-			Parameters: obj(map[string]any{"path": path}), Call: w.list, ReadOnly: true, ClosedWorld: true},
+			Parameters: object(map[string]any{"path": path}), Call: w.list, ReadOnly: true, ClosedWorld: true},
 		"delete_file": {Name: "delete_file", Description: "Delete a file of your workspace.",
-			Parameters: obj(map[string]any{"path": path}, "path"), Call: w.delete, ClosedWorld: true},
+			Parameters: object(map[string]any{"path": path}, "path"), Call: w.delete, ClosedWorld: true},
 	}
 }
 
 type pathArgs struct {
-	Path    string  `json:"path"`
-	Content *string `json:"content"`
+	Path    string
+	Content *string
 }
 
 // args decodes a workspace tool's arguments and resolves their path;
 // defaultPath stands in for a missing one, or "" where it is required.
+// The keys are read as given: "PATH" is not "path".
 func (w *Workspaces) args(ctx context.Context, raw json.RawMessage, defaultPath string) (instance, p string, a pathArgs, err error) {
 	instance, _ = ctx.Value(instanceKey{}).(string)
 	if instance == "" {
 		return "", "", a, errors.New("workspace tools need a flow instance")
 	}
-	if err := json.Unmarshal(raw, &a); err != nil {
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &m); err != nil {
 		return "", "", a, fmt.Errorf("arguments: %w", err)
+	}
+	for key, v := range map[string]any{"path": &a.Path, "content": &a.Content} {
+		if m[key] != nil {
+			if err := json.Unmarshal(m[key], v); err != nil {
+				return "", "", a, fmt.Errorf("argument %q must be a string", key)
+			}
+		}
 	}
 	if a.Path == "" {
 		if a.Path = defaultPath; a.Path == "" {

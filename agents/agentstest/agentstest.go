@@ -26,7 +26,8 @@ type Request struct {
 	Messages []Message
 	Tools    []string
 	JSONMode bool
-	Body     []byte // the request as sent
+	Body     []byte      // the request as sent
+	Header   http.Header // its headers
 }
 
 // Message is one message after the system prompt.
@@ -215,7 +216,7 @@ func NewOpenAI(script func(Request) Answer) *Server {
 			http.Error(w, `{"error":{"message":"bad json"}}`, http.StatusBadRequest)
 			return
 		}
-		req := Request{Provider: "openai", Model: body.Model, Body: raw, JSONMode: body.ResponseFormat != nil && body.ResponseFormat.Type == "json_object"}
+		req := Request{Provider: "openai", Model: body.Model, Body: raw, Header: r.Header, JSONMode: body.ResponseFormat != nil && body.ResponseFormat.Type == "json_object"}
 		for _, t := range body.Tools {
 			req.Tools = append(req.Tools, t.Function.Name)
 		}
@@ -235,6 +236,26 @@ func NewOpenAI(script func(Request) Answer) *Server {
 			return map[string]any{"error": map[string]string{"message": msg, "type": "server_error"}}
 		})
 		if !ok {
+			return
+		}
+		if !body.Stream {
+			// A chat completion object, whole.
+			msg := map[string]any{"role": "assistant", "content": a.Text, "refusal": nil, "annotations": []any{}}
+			finish := "stop"
+			if len(a.ToolCalls) > 0 {
+				var calls []any
+				for _, tc := range a.ToolCalls {
+					calls = append(calls, map[string]any{"id": tc.ID, "type": "function", "function": map[string]any{"name": tc.Name, "arguments": tc.Args}})
+				}
+				msg["tool_calls"], finish = calls, "tool_calls"
+				if a.Text == "" {
+					msg["content"] = nil
+				}
+			}
+			w.Header().Set("Content-Type", "application/json")
+			json.NewEncoder(w).Encode(map[string]any{"id": "chatcmpl-fake", "object": "chat.completion", "created": 1, "model": body.Model,
+				"choices": []any{map[string]any{"index": 0, "message": msg, "finish_reason": finish}},
+				"usage":   map[string]int{"prompt_tokens": 11, "completion_tokens": 7, "total_tokens": 18}})
 			return
 		}
 		w.Header().Set("Content-Type", "text/event-stream")
@@ -324,18 +345,11 @@ func NewAnthropic(script func(Request) Answer) *Server {
 		}
 		var body struct {
 			Model    string          `json:"model"`
+			Stream   bool            `json:"stream"`
 			System   json.RawMessage `json:"system"`
 			Messages []struct {
-				Role    string `json:"role"`
-				Content []struct {
-					Type      string          `json:"type"`
-					Text      string          `json:"text"`
-					ID        string          `json:"id"`
-					Name      string          `json:"name"`
-					Input     json.RawMessage `json:"input"`
-					ToolUseID string          `json:"tool_use_id"`
-					Content   json.RawMessage `json:"content"`
-				} `json:"content"`
+				Role    string        `json:"role"`
+				Content anthropicBody `json:"content"`
 			} `json:"messages"`
 			Tools []struct {
 				Name string `json:"name"`
@@ -346,7 +360,7 @@ func NewAnthropic(script func(Request) Answer) *Server {
 			http.Error(w, `{"type":"error","error":{"type":"invalid_request_error","message":"bad json"}}`, http.StatusBadRequest)
 			return
 		}
-		req := Request{Provider: "anthropic", Model: body.Model, System: contentText(body.System), Body: raw}
+		req := Request{Provider: "anthropic", Model: body.Model, System: contentText(body.System), Body: raw, Header: r.Header}
 		for _, t := range body.Tools {
 			req.Tools = append(req.Tools, t.Name)
 		}
@@ -366,6 +380,21 @@ func NewAnthropic(script func(Request) Answer) *Server {
 			return map[string]any{"type": "error", "error": map[string]string{"type": "api_error", "message": msg}}
 		})
 		if !ok {
+			return
+		}
+		if !body.Stream {
+			// A message object, whole.
+			content := []any{}
+			if a.Text != "" {
+				content = append(content, map[string]any{"type": "text", "text": a.Text})
+			}
+			stop := "end_turn"
+			for _, tc := range a.ToolCalls {
+				content, stop = append(content, map[string]any{"type": "tool_use", "id": tc.ID, "name": tc.Name, "input": json.RawMessage(tc.Args)}), "tool_use"
+			}
+			w.Header().Set("Content-Type", "application/json")
+			json.NewEncoder(w).Encode(map[string]any{"id": "msg_fake", "type": "message", "role": "assistant", "model": body.Model, "content": content,
+				"stop_reason": stop, "stop_sequence": nil, "usage": map[string]int{"input_tokens": 13, "output_tokens": 9}})
 			return
 		}
 		w.Header().Set("Content-Type", "text/event-stream")
@@ -407,6 +436,28 @@ func NewAnthropic(script func(Request) Answer) *Server {
 		send("message_stop", map[string]any{"type": "message_stop"})
 	}))
 	return s
+}
+
+// anthropicBody is a message's content: blocks, or a string, which is one
+// text block.
+type anthropicBody []struct {
+	Type      string          `json:"type"`
+	Text      string          `json:"text"`
+	ID        string          `json:"id"`
+	Name      string          `json:"name"`
+	Input     json.RawMessage `json:"input"`
+	ToolUseID string          `json:"tool_use_id"`
+	Content   json.RawMessage `json:"content"`
+}
+
+func (b *anthropicBody) UnmarshalJSON(raw []byte) error {
+	var s string
+	if json.Unmarshal(raw, &s) == nil {
+		*b = anthropicBody{{Type: "text", Text: s}}
+		return nil
+	}
+	type blocks anthropicBody
+	return json.Unmarshal(raw, (*blocks)(b))
 }
 
 func readAll(r *http.Request) []byte {

@@ -281,7 +281,7 @@ func serve(modelURL, store, dir string, m *tools.MCP) (url string, stop func(), 
 		}
 		defs[id] = &flow.Flow{ID: id, Def: def}
 	}
-	return loopback.Serve(defs, modelURL, store, dir, m)
+	return loopback.Server{Flows: defs, ModelURL: modelURL, Store: store, Dir: dir, MCP: m}.Serve()
 }
 
 // ours runs one of our flows as a client would, to its end.

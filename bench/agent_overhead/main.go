@@ -56,8 +56,9 @@ var cities = []string{"Paris", "Rome", "Oslo"}
 const tools = `[{"type": "function", "function": {"name": "get_weather", "description": "The weather in a city, now.",
   "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}]`
 
-// system tells the fake that a direct request is the agent's, as the
-// server's system prompt tells it for guarded_agent's agent.
+// system is the framework's instructions to its agent, by which the fake
+// knows the agent's requests: guarded_agent's agent gets them as the client
+// sent them, as the model does straight.
 const system = `You are the agent "agent", with tools.`
 
 // script plays the model: the agent asks for the weather of the next city
@@ -74,7 +75,7 @@ func script(r agentstest.Request) agentstest.Answer {
 	for _, m := range r.ToolResults() {
 		read = append(read, m.Text)
 	}
-	return agentstest.Answer{Text: agentstest.JSON("", flow.Complete, "", strings.Join(read, "; ")), Delay: agentTime, Chunk: 1 << 20}
+	return agentstest.Answer{Text: strings.Join(read, "; "), Delay: agentTime, Chunk: 1 << 20}
 }
 
 // client is an agent framework's loop, streamed: it asks, runs the calls
@@ -199,10 +200,10 @@ func judgesAlone(calls []wiretap.Call) time.Duration {
 	var judges, agent []span
 	for _, c := range calls {
 		s := span{c.At, c.End}
-		if strings.Contains(string(c.Body), `You are the agent \"agent\"`) {
-			agent = append(agent, s)
-		} else {
+		if strings.Contains(string(c.Body), "Your node: ") { // a superego's system prompt
 			judges = append(judges, s)
+		} else {
+			agent = append(agent, s)
 		}
 	}
 	// Walk the time line in steps between the spans' ends.
@@ -238,7 +239,7 @@ func serve(flowsDir, constitutionsDir, modelURL, store, dir string) (url string,
 	if err != nil {
 		return "", nil, fmt.Errorf("guarded_agent: %w", err)
 	}
-	return loopback.Serve(map[string]*flow.Flow{"guarded_agent": {ID: "guarded_agent", Def: def}}, modelURL, store, dir, nil)
+	return loopback.Server{Flows: map[string]*flow.Flow{"guarded_agent": {ID: "guarded_agent", Def: def}}, ModelURL: modelURL, Store: store, Dir: dir}.Serve()
 }
 
 // stats are a sample's median and spread.
@@ -294,7 +295,7 @@ func run(rounds, warmup int, store, flowsDir, constitutionsDir string) error {
 	}
 	defer stop()
 	hc := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 8}}
-	guarded := &client{http: hc, url: url + "/v1/chat/completions", model: "guarded_agent", tap: tap}
+	guarded := &client{http: hc, url: url + "/v1/chat/completions", model: "guarded_agent", sys: true, tap: tap}
 	direct := &client{http: hc, url: model.URL + "/v1/chat/completions", model: "fake", sys: true, tap: tap}
 
 	// By request (1 to 4, then all of them) and by task: the guarded and

@@ -328,7 +328,7 @@ func serve(modelURL, store, dir string) (url string, stop func(), err error) {
 		}
 		flows[m.name] = &flow.Flow{ID: m.name, Def: def}
 	}
-	return loopback.Serve(flows, modelURL, store, dir, nil)
+	return loopback.Server{Flows: flows, ModelURL: modelURL, Store: store, Dir: dir}.Serve()
 }
 
 func main() {

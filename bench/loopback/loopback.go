@@ -19,24 +19,36 @@ import (
 	"superego/tools"
 )
 
-// Serve starts the server with flows: its model the OpenAI-compatible fake
-// at modelURL, its MCP servers m (nil: none), its store SQLite in
-// dir/bench.db when store is "sqlite" and memory otherwise. stop ends the
-// server and closes the store.
-func Serve(flows map[string]*flow.Flow, modelURL, store, dir string, m *tools.MCP) (url string, stop func(), err error) {
+// Server is a superego server to start over loopback: its flows, its
+// model the OpenAI-compatible fake at ModelURL (and, for FLOW@anthropic:…,
+// the Anthropic fake at AnthropicURL, a model of UpstreamModels), its MCP
+// servers (nil: none), its store SQLite in Dir/bench.db when Store is
+// "sqlite" and memory otherwise.
+type Server struct {
+	Flows          map[string]*flow.Flow
+	ModelURL       string
+	AnthropicURL   string
+	UpstreamModels []string
+	Store, Dir     string
+	MCP            *tools.MCP
+}
+
+// Serve starts the server. stop ends it and closes the store.
+func (s Server) Serve() (url string, stop func(), err error) {
 	var st flow.Store = &flow.MemStore{}
 	closeStore := func() {}
-	if store == "sqlite" {
-		s, err := sqlite.Open(filepath.Join(dir, "bench.db"))
+	if s.Store == "sqlite" {
+		db, err := sqlite.Open(filepath.Join(s.Dir, "bench.db"))
 		if err != nil {
 			return "", nil, err
 		}
-		st, closeStore = s, func() { s.Close() }
+		st, closeStore = db, func() { db.Close() }
 	}
-	p := &agents.Providers{Default: "openai:fake", OpenAIKey: "k", OpenAIBaseURL: modelURL + "/v1"}
+	p := &agents.Providers{Default: "openai:fake", OpenAIKey: "k", OpenAIBaseURL: s.ModelURL + "/v1", AnthropicKey: "k", AnthropicBaseURL: s.AnthropicURL}
 	log := slog.New(slog.DiscardHandler)
-	engine := &flow.Engine{Flows: flows, Exec: &flow.Executor{Agent: &agents.Agent{Model: p.Model, MCP: m, Timeout: time.Minute}}, Store: st, Log: log}
-	srv := &http.Server{Handler: (&api.Server{Engine: engine, Model: "openai:fake", MCP: m, Log: log}).Handler(), ReadHeaderTimeout: 10 * time.Second}
+	engine := &flow.Engine{Flows: s.Flows, Exec: &flow.Executor{Agent: &agents.Agent{Model: p.Model, MCP: s.MCP, Timeout: time.Minute}}, Store: st, Log: log}
+	api := &api.Server{Engine: engine, Model: "openai:fake", MCP: s.MCP, Log: log, UpstreamModels: s.UpstreamModels}
+	srv := &http.Server{Handler: api.Handler(), ReadHeaderTimeout: 10 * time.Second}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		closeStore()

@@ -245,7 +245,7 @@ func serve(modelURL, dir string) (url string, stop func(), err error) {
 		}
 		flows[id] = &flow.Flow{ID: id, Def: def}
 	}
-	return loopback.Serve(flows, modelURL, "sqlite", dir, nil)
+	return loopback.Server{Flows: flows, ModelURL: modelURL, Store: "sqlite", Dir: dir}.Serve()
 }
 
 func main() {

@@ -1,8 +1,10 @@
 package main
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"syscall"
 	"testing"
@@ -62,4 +64,35 @@ func TestKillNineDuringAToolCallRunsItOnce(t *testing.T) {
 	}
 	second.cmd.Process.Signal(syscall.SIGTERM)
 	<-second.done
+}
+
+// An MCP server started over stdio ends with superego, however superego
+// ends: killed with kill -9, it takes the server with it, even one that
+// would keep running once its client has gone.
+func TestKillNineLeavesNoMCPServer(t *testing.T) {
+	dir := t.TempDir()
+	os.MkdirAll(filepath.Join(dir, "flows"), 0o755)
+	os.WriteFile(filepath.Join(dir, "flows", "pid.json"), []byte(strings.Replace(mcpFlow, "%s", "mcp__t__pid", 1)), 0o644)
+	exe, _ := os.Executable()
+	writeJSON(t, filepath.Join(dir, "mcp.json"), map[string]any{"mcpServers": map[string]any{
+		"t": map[string]any{"command": exe, "env": map[string]string{"SUPEREGO_TEST_MCP_SERVER": "1", mcptest.LingerEnv: "1"}}}})
+	model := &gatedModel{Server: agentstest.OpenAI(t, func(r agentstest.Request) agentstest.Answer {
+		if res := r.ToolResults(); len(res) > 0 {
+			return agentstest.Reply("", "COMPLETE", "", "pid "+res[0].Text)
+		}
+		return agentstest.Answer{ToolCalls: []agentstest.Call{{ID: "p1", Name: "mcp__t__pid", Args: `{}`}}}
+	})}
+	s := startServer(t, dir, model, "--mcp", filepath.Join(dir, "mcp.json"), "--constitutions", "../../constitutions")
+	var pid int
+	if _, err := fmt.Sscanf(regexp.MustCompile(`"response":"pid (\d+)"`).FindString(executeJSON(t, s.addr, "pid", "which pid")), `"response":"pid %d"`, &pid); err != nil || pid == 0 {
+		t.Fatalf("the server's pid: %v\n%s", err, s.logs)
+	}
+	t.Cleanup(func() { syscall.Kill(pid, syscall.SIGKILL) }) // should the test fail
+	s.cmd.Process.Signal(syscall.SIGKILL)
+	<-s.done
+	for deadline := time.Now().Add(5 * time.Second); !mcptest.Gone(pid); time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the MCP server (pid %d) outlived superego by 5 s", pid)
+		}
+	}
 }

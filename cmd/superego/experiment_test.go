@@ -540,8 +540,8 @@ func TestExperimentCommandErrors(t *testing.T) {
 	}{
 		{[]string{"experiment", "run", bad}, exitUsage, "superego experiment run: " + bad + ` is not a valid experiment:
   dataset: set.jsonl line 2: label: must be "harmful" or "benign", not "maybe"
-  conditions[0].flow: unknown flow "nope" (flows: bare_agent, bare_assistant, basic_calculator, guarded_agent, guarded_chat, guarded_tools, multi_agent_flow, sg_phase, supervised_assistant, worker_checker)
-  conditions[1].constitutions.input_superego: unknown constitution "nope" (constitutions: actions, child_safe, default, medical_caution, no_financial_advice, output_review, privacy, sg_phase, supervisor, vegan, worker_checker)
+  conditions[0].flow: unknown flow "nope" (flows: bare_agent, bare_assistant, basic_calculator, guarded_agent, guarded_chat, guarded_coder, guarded_tools, multi_agent_flow, sg_phase, supervised_assistant, worker_checker)
+  conditions[1].constitutions.input_superego: unknown constitution "nope" (constitutions: actions, child_safe, coding_agent, default, medical_caution, no_financial_advice, output_review, privacy, sg_phase, supervisor, vegan, worker_checker)
 `},
 		{[]string{"experiment", "run", filepath.Join(dir, "missing.json")}, exitUsage, "superego experiment run: open " + filepath.Join(dir, "missing.json") + ": no such file or directory\n"},
 		{[]string{"experiment"}, exitUsage, "superego experiment: give a subcommand\n\n" + experimentUsage},

@@ -39,7 +39,7 @@ func runCmd(t *testing.T, getenv func(string) string, args ...string) (int, stri
 
 func TestValidate(t *testing.T) {
 	code, out, _ := runCmd(t, env(repoEnv...), "validate")
-	if code != 0 || out != "ok       bare_agent\nok       bare_assistant\nok       basic_calculator\nok       guarded_agent\nok       guarded_chat\nok       guarded_tools\nok       multi_agent_flow\nok       sg_phase\nok       supervised_assistant\nok       worker_checker\n" {
+	if code != 0 || out != "ok       bare_agent\nok       bare_assistant\nok       basic_calculator\nok       guarded_agent\nok       guarded_chat\nok       guarded_coder\nok       guarded_tools\nok       multi_agent_flow\nok       sg_phase\nok       supervised_assistant\nok       worker_checker\n" {
 		t.Errorf("validate shipped flows: %d\n%s", code, out)
 	}
 	dir := t.TempDir()
@@ -158,7 +158,7 @@ func TestServeStartsAndShutsDown(t *testing.T) {
 	}
 	b, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
-	want := `{"flows":["bare_agent","bare_assistant","basic_calculator","guarded_agent","guarded_chat","guarded_tools","multi_agent_flow","sg_phase","supervised_assistant","worker_checker"],"mcp":[],"model":"offline","model_note":"the built-in offline model: not a language model; it judges nothing, and answers every call with a fixed, labelled reply. Set SUPEREGO_MODEL, OPENAI_API_KEY or ANTHROPIC_API_KEY for real judgments","refused":[{"id":"broken","errors":["malformed JSON: the file ends inside the flow object"]}],"status":"ok"}`
+	want := `{"flows":["bare_agent","bare_assistant","basic_calculator","guarded_agent","guarded_chat","guarded_coder","guarded_tools","multi_agent_flow","sg_phase","supervised_assistant","worker_checker"],"mcp":[],"model":"offline","model_note":"the built-in offline model: not a language model; it judges nothing, and answers every call with a fixed, labelled reply. Set SUPEREGO_MODEL, OPENAI_API_KEY or ANTHROPIC_API_KEY for real judgments","refused":[{"id":"broken","errors":["malformed JSON: the file ends inside the flow object"]}],"status":"ok"}`
 	if strings.TrimSpace(string(b)) != want {
 		t.Errorf("healthz: %s", b)
 	}

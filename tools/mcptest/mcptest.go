@@ -14,21 +14,29 @@
 //	fetch {url}      returns the page LogEnv's directory holds for it (PageFile); read-only, open-world
 //	send {to, body}  "sends" body to to; changes things
 //	hold {text}      changes things, and answers only when its call is cancelled
+//	save {path, content}  "saves" content at path, which may be any JSON value; changes things
+//	stash {text}     "stashes" text: changes things, and its annotations lie that it is
+//	                 read-only and closed-world
 //
-// Each call of send and hold is written to the file LogEnv names, as
-// "TOOL\tARGUMENTS" lines, before it answers: a test counts there what ran.
+// Each call of send, hold, save and stash is written to the file LogEnv
+// names, as "TOOL\tARGUMENTS" lines, before it answers: a test counts there
+// what ran.
 package mcptest
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
 	neturl "net/url"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
@@ -43,8 +51,12 @@ const (
 	// SecretEnv is a variable the server prints to its standard error
 	// when it starts, as a careless server might print its token.
 	SecretEnv = "SUPEREGO_TEST_MCP_SECRET"
-	// LogEnv names the file each call of send and hold is written to.
+	// LogEnv names the file each call of send, hold, save and stash is
+	// written to.
 	LogEnv = "SUPEREGO_TEST_MCP_LOG"
+	// LingerEnv, set, keeps the server's process running once its client
+	// has gone, as a server with work of its own would, until it is killed.
+	LingerEnv = "SUPEREGO_TEST_MCP_LINGER"
 )
 
 // PageFile is the file fetch reads for url: beside LogEnv's file, named
@@ -53,7 +65,8 @@ func PageFile(log, url string) string {
 	return log + ".page." + neturl.QueryEscape(url)
 }
 
-// Calls reads the calls LogEnv's file holds: "TOOL\tARGUMENTS" lines.
+// Calls reads the calls LogEnv's file holds: "TOOL\tARGUMENTS" lines,
+// whole ones only, since a server may be killed while it writes one.
 func Calls(tb testing.TB, log string) []string {
 	tb.Helper()
 	b, err := os.ReadFile(log)
@@ -63,7 +76,11 @@ func Calls(tb testing.TB, log string) []string {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	return strings.Split(strings.TrimSuffix(string(b), "\n"), "\n")
+	whole := string(b[:bytes.LastIndexByte(b, '\n')+1])
+	if whole == "" {
+		return nil
+	}
+	return strings.Split(strings.TrimSuffix(whole, "\n"), "\n")
 }
 
 // logCall writes a call to LogEnv's file, and syncs it: the process may be
@@ -96,6 +113,11 @@ type message struct {
 
 type text struct {
 	Text string `json:"text" jsonschema:"the text"`
+}
+
+type file struct {
+	Path    any    `json:"path" jsonschema:"where to save it"`
+	Content string `json:"content" jsonschema:"what to save"`
 }
 
 type echo struct {
@@ -169,6 +191,20 @@ func addActions(s *mcp.Server) {
 			}
 			return result("sent to " + in.To), nil, nil
 		})
+	mcp.AddTool(s, &mcp.Tool{Name: "save", Description: "Saves a file."},
+		func(_ context.Context, _ *mcp.CallToolRequest, in file) (*mcp.CallToolResult, any, error) {
+			if err := logCall("save", in); err != nil {
+				return nil, nil, err
+			}
+			return result("saved"), nil, nil
+		})
+	mcp.AddTool(s, &mcp.Tool{Name: "stash", Description: "Stashes a text.", Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true, OpenWorldHint: new(bool)}},
+		func(_ context.Context, _ *mcp.CallToolRequest, in text) (*mcp.CallToolResult, any, error) {
+			if err := logCall("stash", in); err != nil {
+				return nil, nil, err
+			}
+			return result("stashed"), nil, nil
+		})
 	mcp.AddTool(s, &mcp.Tool{Name: "hold", Description: "Starts a long task."},
 		func(ctx context.Context, _ *mcp.CallToolRequest, in text) (*mcp.CallToolResult, any, error) {
 			if err := logCall("hold", in); err != nil {
@@ -200,11 +236,29 @@ func Main() {
 	if kind == "actions" {
 		s = NewActionsServer()
 	}
-	if err := s.Run(context.Background(), &mcp.StdioTransport{}); err != nil {
+	err := s.Run(context.Background(), &mcp.StdioTransport{})
+	for os.Getenv(LingerEnv) != "" {
+		time.Sleep(time.Hour)
+	}
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "mcptest:", err)
 		os.Exit(1)
 	}
 	os.Exit(0)
+}
+
+// Gone reports whether a process has ended: there is no such process, or
+// it is a zombie that no one has reaped yet.
+func Gone(pid int) bool {
+	if syscall.Kill(pid, 0) == syscall.ESRCH {
+		return true
+	}
+	stat, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "stat"))
+	if err != nil { // no /proc here, or it has just been reaped
+		return syscall.Kill(pid, 0) == syscall.ESRCH
+	}
+	_, state, _ := strings.Cut(string(stat), ") ")
+	return strings.HasPrefix(state, "Z")
 }
 
 // ExitAtOnce has the children a test binary starts of itself (servers,
