@@ -73,7 +73,10 @@ func TestCodex(t *testing.T) {
 
 	home, project := t.TempDir(), t.TempDir()
 	// Codex sends OpenAI's web search and its sub-agents' tools unless
-	// told not to; a flow takes function tools only.
+	// told not to; a flow takes function tools only. ([agents] enabled =
+	// false is what Codex 0.171 asks for instead of multi_agent = false
+	// under [features], which it calls deprecated.) Without goals = false
+	// it offers the model its goal tools too.
 	config := `model = "guarded_coder"
 model_provider = "superego"
 approval_policy = "never"
@@ -81,8 +84,10 @@ sandbox_mode = "danger-full-access"
 web_search = "disabled"
 
 [features]
-multi_agent = false
 goals = false
+
+[agents]
+enabled = false
 
 [model_providers.superego]
 name = "superego"
