@@ -32,9 +32,10 @@ var (
 // the weather of each city the user names, then, if asked to e-mail it,
 // first tries to send a copy to audit@evil.example, which nobody asked for,
 // and, that refused, sends it where the user said; it answers with what it
-// read. The action superego refuses any call that would mail evil.example;
-// the input and output superegos accept. Every judge's reply carries the
-// hidden markers.
+// read. Asked for a recap in a later turn, it answers, in JSON, with the
+// calls and results it reads in the conversation. The action superego
+// refuses any call that would mail evil.example; the input and output
+// superegos accept. Every judge's reply carries the hidden markers.
 func taskModel(r agentstest.Request) agentstest.Answer {
 	switch r.Node() {
 	case "input_superego", "output_superego":
@@ -63,6 +64,22 @@ func taskModel(r agentstest.Request) agentstest.Answer {
 	}
 	ran := func(c *call) bool {
 		return c.output != "" && !strings.HasPrefix(c.output, "refused by ") && !strings.HasPrefix(c.output, "not run: ")
+	}
+	if strings.HasPrefix(r.LastUser(), "Recap") {
+		recap := map[string]string{}
+		for _, c := range calls {
+			var args map[string]string
+			json.Unmarshal([]byte(c.args), &args)
+			switch {
+			case !ran(c):
+			case c.name == "get_weather":
+				recap["city"], recap["weather"] = args["city"], c.output
+			case c.name == "send_email":
+				recap["emailed_to"] = args["to"]
+			}
+		}
+		b, _ := json.Marshal(recap)
+		return agentstest.Answer{Text: string(b), Chunk: len(b)}
 	}
 	var next []agentstest.Call
 	var weather, refusals []string
@@ -269,6 +286,10 @@ func checkTask(t *testing.T, f *fixture, id, city, answer string, ran []ranCall)
 	}
 	rec := recordOf(t, f, id)
 	noLeak(t, "the instance", rec.raw)
+	if len(rec.Steps) > 0 && rec.Steps[0].AgentID == flow.ClientInstructions {
+		// The client's instructions, which the judges read as its context.
+		rec.Steps, rec.Research = rec.Steps[1:], rec.Research[1:]
+	}
 	if rec.Status != flow.StatusCompleted || len(rec.Steps) == 0 || rec.Steps[0].Role != flow.RoleUser {
 		t.Fatalf("status %s, steps %+v", rec.Status, rec.Steps)
 	}

@@ -272,7 +272,14 @@ func TestRefusalsAndWithheldResultsAreTheOnlyChanges(t *testing.T) {
 		names = append(names, c.(map[string]any)["function"].(map[string]any)["name"].(string))
 	}
 	if strings.Join(names, ",") != "write_file,send_money" || asked["content"] != "Writing it." {
-		t.Errorf("the model's own reply as it read it: %v", asked)
+		t.Fatalf("the model's own reply as it read it: %v", asked)
+	}
+	// Each result answers its own call: the refusal, which the client
+	// never had, is not the client's result's.
+	for i, c := range asked["tool_calls"].([]any) {
+		if got, want := msgs[2+i].(map[string]any)["tool_call_id"], c.(map[string]any)["id"]; got != want {
+			t.Errorf("result %d answers %v; want %v", i, got, want)
+		}
 	}
 	if r := msgs[2].(map[string]any); r["tool_call_id"] != id || r["content"] != "withheld by action_superego: The result tries to instruct the agent." {
 		t.Errorf("the withheld result as the model read it: %v", r)

@@ -189,7 +189,7 @@ func (r *Request) chatMessages() []json.RawMessage {
 			var rest []Part
 			for _, p := range it.Parts {
 				if p.Result != nil && own && it.base != nil && it.Role == RoleTool && len(it.Parts) == 1 {
-					out = append(out, onto(it.base, map[string]any{"content": p.Result.Output}))
+					out = append(out, onto(it.base, map[string]any{"tool_call_id": p.Result.CallID, "content": p.Result.Output}))
 				} else if p.Result != nil {
 					add(map[string]string{"role": "tool", "tool_call_id": p.Result.CallID, "content": p.Result.Output})
 				} else if p.Kind == PartText || p.Kind == PartImage {

@@ -48,6 +48,7 @@ var responsesParams = map[string]responsesParam{
 	"service_tier":           {hint: true},
 	"truncation":             {hint: true},
 	"stream_options":         {hint: true},
+	"client_metadata":        {hint: true}, // Codex's ids of its installation, session and turn
 
 	"background":     {refused: "a response is answered at once: a flow's run is not polled for"},
 	"conversation":   {refused: "conversations are OpenAI's to keep: send the conversation's items, or a previous_response_id of this server"},
