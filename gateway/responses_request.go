@@ -189,7 +189,7 @@ func readResponsesTools(r *Request, raw json.RawMessage) error {
 // is told not to.
 var codexHint = map[string]string{
 	"web_search": ` (Codex: set web_search = "disabled" in its config.toml.)`,
-	"namespace":  ` (Codex: set multi_agent = false under [features] in its config.toml.)`,
+	"namespace":  ` (Codex: set enabled = false under [agents] in its config.toml.)`,
 }
 
 // readResponsesChoice reads tool_choice: "none", "auto", "required", or a
