@@ -579,3 +579,24 @@ func TestStructuredOutputIsJudgedWhole(t *testing.T) {
 		}
 	}
 }
+
+// A refused call reaches no client in any protocol, streamed or not: the
+// client is sent the accepted call alone, and nothing of the refused one.
+func TestARefusedCallReachesNoProtocol(t *testing.T) {
+	f, _ := newTransparentFixture(t)
+	ask := "Write a.txt and pay eve"
+	for _, stream := range []string{"false", "true"} {
+		for _, c := range []struct{ path, body, accepted string }{
+			{"/v1/chat/completions", `{"model": "guarded_agent", "stream": ` + stream + `, "tools": ` + chatTools + `, "messages": [{"role": "user", "content": "` + ask + `"}]}`, "write_file"},
+			{"/v1/responses", `{"model": "guarded_agent", "stream": ` + stream + `, "tools": ` + responsesTools + `, "input": "` + ask + `"}`, "write_file"},
+			{"/v1/messages", `{"model": "guarded_agent@anthropic:claude-test", "max_tokens": 99, "stream": ` + stream + `, "tools": ` + messagesTools + `, "messages": [{"role": "user", "content": "` + ask + `"}]}`, "Write"},
+		} {
+			resp := f.do(t, "POST", c.path, c.body, "Authorization", "Bearer "+apiKey)
+			raw := body(t, resp)
+			if resp.StatusCode != 200 || !strings.Contains(raw, c.accepted) || strings.Contains(raw, "send_money") {
+				t.Errorf("%s, stream %s: %d %s", c.path, stream, resp.StatusCode, raw)
+			}
+			noLeak(t, c.path, raw)
+		}
+	}
+}
