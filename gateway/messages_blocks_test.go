@@ -59,3 +59,25 @@ func TestToolReferencesInResults(t *testing.T) {
 		}
 	}
 }
+
+// A block of a type the judges do not read is refused by its type, whatever
+// its other fields hold: a search result's source is a string, where an
+// image's is an object.
+func TestUnknownBlocksAreRefusedByType(t *testing.T) {
+	for _, c := range []struct{ block, param, message string }{
+		{`{"type": "search_result", "source": "https://example.com", "title": "t", "content": [{"type": "text", "text": "x"}]}`,
+			"messages.0.content.0.type", `"search_result" blocks are not taken`},
+		{`{"type": "image", "source": "https://example.com/a.png"}`, "messages.0.content.0", "a image block is not taken in a user message, or misses a field"},
+		{`{"type": "image", "source": null}`, "messages.0.content.0", "a image block is not taken in a user message, or misses a field"},
+	} {
+		_, err := gateway.ReadMessages([]byte(`{"model": "m", "max_tokens": 10, "messages": [{"role": "user", "content": [` + c.block + `]}]}`))
+		var e *gateway.Error
+		if !errors.As(err, &e) || e.Status != 400 || e.Param != c.param || !strings.Contains(e.Message, c.message) {
+			t.Errorf("%s: %v", c.block, err)
+		}
+	}
+	req, err := gateway.ReadMessages([]byte(`{"model": "m", "max_tokens": 10, "messages": [{"role": "user", "content": [{"type": "image", "source": {"type": "url", "url": "https://example.com/a.png"}}]}]}`))
+	if err != nil || req.Items[0].Parts[0].Image == nil || req.Items[0].Parts[0].Image.URL != "https://example.com/a.png" {
+		t.Errorf("an image: %v %+v", err, req)
+	}
+}

@@ -292,7 +292,7 @@ func messagesContent(at, role string, raw json.RawMessage) ([]Part, error) {
 		var block struct {
 			Type      string          `json:"type"`
 			Text      *string         `json:"text"`
-			Source    *imageSource    `json:"source"`
+			Source    json.RawMessage `json:"source"` // an image's; a search result's is a string
 			ID        string          `json:"id"`
 			Name      string          `json:"name"`
 			Input     json.RawMessage `json:"input"`
@@ -304,11 +304,12 @@ func messagesContent(at, role string, raw json.RawMessage) ([]Part, error) {
 			return nil, wrongType(bat, "a content block", b)
 		}
 		p := Part{raw: b}
+		var src imageSource
 		switch {
 		case block.Type == "text" && block.Text != nil:
 			p.Kind, p.Text = PartText, *block.Text
-		case block.Type == "image" && block.Source != nil && role == "user":
-			p.Kind, p.Image = PartImage, block.Source.image()
+		case block.Type == "image" && role == "user" && !isNull(block.Source) && json.Unmarshal(block.Source, &src) == nil:
+			p.Kind, p.Image = PartImage, src.image()
 		case block.Type == "tool_use" && role == "assistant" && block.ID != "":
 			args := "{}"
 			if !isNull(block.Input) {
