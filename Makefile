@@ -15,7 +15,7 @@ test:
 	@test -z "$$(gofmt -l .)" || { echo "gofmt would change:"; gofmt -l .; exit 1; }
 	$(GO) test -race -count=1 ./...
 	@test -n "$$SUPEREGO_CHROME" || echo "skipped: the browser tests (api TestPageInBrowser); set SUPEREGO_CHROME to a Chromium binary, as .ci/run does"
-	@test -n "$$SUPEREGO_CLAUDE" || echo "skipped: sg's end-to-end test with the real Claude Code CLI (cmd/sg TestClaudeCode); set SUPEREGO_CLAUDE to claude from npm @anthropic-ai/claude-code, as .ci/run does"
+	@test -n "$$SUPEREGO_CLAUDE" || echo "skipped: the tests with the real Claude Code CLI (cmd/sg TestClaudeCode, api TestClaudeCodeThroughTheGuard); set SUPEREGO_CLAUDE to claude from npm @anthropic-ai/claude-code, as .ci/run does"
 	@test -n "$$SUPEREGO_TEST_POSTGRES" || echo "skipped: the PostgreSQL tests (postgres, replica, cmd/superego *Postgres* and *Replica*); set SUPEREGO_TEST_POSTGRES to a server's URL, as .ci/run does"
 	@test -n "$$SUPEREGO_OPENAI_NODE" || echo "skipped: OpenAI's JavaScript client, OpenAI's Agents SDK and the Vercel AI SDK against the server (api TestOpenAINodeClient, TestOpenAINodeClientTools, TestAgentFrameworks); set SUPEREGO_OPENAI_NODE to a directory where npm installed api/testdata/package.json, as .ci/run does"
 	@test -n "$$SUPEREGO_ANTHROPIC_NODE" || echo "skipped: Anthropic's TypeScript SDK against the server (api TestAnthropicSDK); set SUPEREGO_ANTHROPIC_NODE to a directory where npm installed api/testdata/anthropic/package.json, as .ci/run does"
