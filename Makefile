@@ -16,10 +16,11 @@ test:
 	$(GO) test -race -count=1 ./...
 	@test -n "$$SUPEREGO_CHROME" || echo "skipped: the browser tests (api TestPageInBrowser, experiment TestPlotFitsItsCanvas); set SUPEREGO_CHROME to a Chromium binary, as .ci/run does"
 	@test -n "$$SUPEREGO_PDFLATEX" || command -v pdflatex >/dev/null || echo "skipped: the LaTeX tables compiled with pdflatex (experiment TestLaTeXCompiles); install Debian's texlive-latex-base, or set SUPEREGO_PDFLATEX, as .ci/run does"
-	@test -n "$$SUPEREGO_CLAUDE" || echo "skipped: sg's end-to-end test with the real Claude Code CLI (cmd/sg TestClaudeCode); set SUPEREGO_CLAUDE to claude from npm @anthropic-ai/claude-code, as .ci/run does"
+	@test -n "$$SUPEREGO_CLAUDE" || echo "skipped: the tests with the real Claude Code CLI (cmd/sg TestClaudeCode, api TestClaudeCodeThroughTheGuard); set SUPEREGO_CLAUDE to claude from npm @anthropic-ai/claude-code, as .ci/run does"
 	@test -n "$$SUPEREGO_TEST_POSTGRES" || echo "skipped: the PostgreSQL tests (postgres, replica, cmd/superego *Postgres* and *Replica*); set SUPEREGO_TEST_POSTGRES to a server's URL, as .ci/run does"
 	@test -n "$$SUPEREGO_OPENAI_NODE" || echo "skipped: OpenAI's JavaScript client, OpenAI's Agents SDK, the Vercel AI SDK, LangChain and LangGraph against the server, on Chat Completions and Responses (api TestOpenAINodeClient, TestOpenAINodeClientTools, TestAgentFrameworks); set SUPEREGO_OPENAI_NODE to a directory where npm installed api/testdata/package.json, as .ci/run does"
 	@test -n "$$SUPEREGO_CODEX" || echo "skipped: OpenAI's Codex CLI against the server (api TestCodex); set SUPEREGO_CODEX to codex from npm @openai/codex, as .ci/run does"
+	@test -n "$$SUPEREGO_ANTHROPIC_NODE" || echo "skipped: Anthropic's TypeScript SDK against the server (api TestAnthropicSDK); set SUPEREGO_ANTHROPIC_NODE to a directory where npm installed api/testdata/anthropic/package.json, as .ci/run does"
 	@test -n "$$SUPEREGO_PROMPTFOO" || echo "skipped: promptfoo reading a flow's guardrails (api TestPromptfooReadsGuardrails); set SUPEREGO_PROMPTFOO to promptfoo from npm, as .ci/run does"
 	@command -v promtool >/dev/null || echo "skipped: the alerting rules' unit tests (telemetry TestAlertRules); install promtool (Debian's prometheus package), as .ci/run does"
 	@test -n "$$SUPEREGO_MCP_NODE" || echo "skipped: the tests with the MCP filesystem server from npm (tools TestNodeFilesystemServer, cmd/superego TestServeWithNodeMCPServer); set SUPEREGO_MCP_NODE to mcp-server-filesystem from npm @modelcontextprotocol/server-filesystem, as .ci/run does"

@@ -289,7 +289,7 @@ func messagesContent(at, role string, raw json.RawMessage) ([]Part, error) {
 		var block struct {
 			Type      string          `json:"type"`
 			Text      *string         `json:"text"`
-			Source    *imageSource    `json:"source"`
+			Source    json.RawMessage `json:"source"` // an image's; a search result's is a string
 			ID        string          `json:"id"`
 			Name      string          `json:"name"`
 			Input     json.RawMessage `json:"input"`
@@ -301,11 +301,12 @@ func messagesContent(at, role string, raw json.RawMessage) ([]Part, error) {
 			return nil, wrongType(bat, "a content block", b)
 		}
 		p := Part{raw: b}
+		var src imageSource
 		switch {
 		case block.Type == "text" && block.Text != nil:
 			p.Kind, p.Text = PartText, *block.Text
-		case block.Type == "image" && block.Source != nil && role == "user":
-			p.Kind, p.Image = PartImage, block.Source.image()
+		case block.Type == "image" && role == "user" && !isNull(block.Source) && json.Unmarshal(block.Source, &src) == nil:
+			p.Kind, p.Image = PartImage, src.image()
 		case block.Type == "tool_use" && role == "assistant" && block.ID != "":
 			args := "{}"
 			if !isNull(block.Input) {
@@ -331,8 +332,11 @@ func messagesContent(at, role string, raw json.RawMessage) ([]Part, error) {
 }
 
 // resultText is a tool result's content as text: a string, or text
-// blocks. An image or a document in a result is refused: a result judge
-// reads text, and what it cannot read must not reach the model unjudged.
+// blocks and tool references. Claude Code's ToolSearch answers with
+// references to the tools it loads, each read as "tool_reference: NAME":
+// the upstream gives its model the definition the request's tools hold.
+// An image or a document in a result is refused: a result judge reads
+// text, and what it cannot read must not reach the model unjudged.
 func resultText(at string, raw json.RawMessage) (string, error) {
 	if isNull(raw) {
 		return "", nil
@@ -341,11 +345,27 @@ func resultText(at string, raw json.RawMessage) (string, error) {
 	if json.Unmarshal(raw, &s) == nil {
 		return s, nil
 	}
-	parts, err := textBlocks(at, raw)
-	if err != nil {
-		return "", invalid(at, "invalid_value", "%s: a tool result's content must be text: a result judge reads text, and nothing it cannot read may reach the model", at)
+	notText := invalid(at, "invalid_value", "%s: a tool result's content must be text: a result judge reads text, and nothing it cannot read may reach the model", at)
+	var blocks []struct {
+		Type     string  `json:"type"`
+		Text     *string `json:"text"`
+		ToolName string  `json:"tool_name"`
 	}
-	return textOf(parts), nil
+	if json.Unmarshal(raw, &blocks) != nil {
+		return "", notText
+	}
+	texts := make([]string, len(blocks))
+	for i, b := range blocks {
+		switch {
+		case b.Type == "text" && b.Text != nil:
+			texts[i] = *b.Text
+		case b.Type == "tool_reference" && b.ToolName != "":
+			texts[i] = "tool_reference: " + b.ToolName
+		default:
+			return "", notText
+		}
+	}
+	return strings.Join(texts, "\n"), nil
 }
 
 // imageSource is an image block's source.
