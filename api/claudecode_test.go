@@ -273,10 +273,10 @@ func newCoderFixture(tb testing.TB, s *codingSession) (*fixture, *agentstest.Ser
 type wire struct {
 	*httptest.Server
 	mu        sync.Mutex
-	exchanges []exchange
+	exchanges []recorded
 }
 
-type exchange struct {
+type recorded struct {
 	Method, Path string
 	Status       int
 	Instance     string // the answer's x-superego-instance-id
@@ -320,17 +320,17 @@ func newWire(tb testing.TB, target string) *wire {
 		}
 		w.mu.Lock()
 		defer w.mu.Unlock()
-		w.exchanges = append(w.exchanges, exchange{Method: r.Method, Path: r.URL.RequestURI(), Status: resp.StatusCode,
+		w.exchanges = append(w.exchanges, recorded{Method: r.Method, Path: r.URL.RequestURI(), Status: resp.StatusCode,
 			Instance: resp.Header.Get("X-Superego-Instance-Id"), Request: string(body), Answer: answer.String(), Took: time.Since(start)})
 	}))
 	tb.Cleanup(w.Close)
 	return w
 }
 
-func (w *wire) said() []exchange {
+func (w *wire) said() []recorded {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	return append([]exchange(nil), w.exchanges...)
+	return append([]recorded(nil), w.exchanges...)
 }
 
 // codingRun is one run of the coding session: Claude Code in its

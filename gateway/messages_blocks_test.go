@@ -24,7 +24,7 @@ func TestToolReferencesInResults(t *testing.T) {
 		    {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1", "content": ` + content + `, "cache_control": {"type": "ephemeral"}}]}]}`
 	}
 	body := request(`[{"type": "tool_reference", "tool_name": "WebFetch"}, {"type": "text", "text": "loaded"}]`)
-	req, err := gateway.ReadMessages([]byte(body))
+	req, err := gateway.Read(gateway.Messages, []byte(body))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -52,7 +52,7 @@ func TestToolReferencesInResults(t *testing.T) {
 		`[{"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "iVBORw0KGgo="}}]`,
 		`[{"type": "tool_reference"}]`,
 	} {
-		_, err := gateway.ReadMessages([]byte(request(content)))
+		_, err := gateway.Read(gateway.Messages, []byte(request(content)))
 		var e *gateway.Error
 		if !errors.As(err, &e) || e.Status != 400 || e.Param != "messages.2.content.0.content" || !strings.Contains(e.Message, "must be text") {
 			t.Errorf("%s: %v", content, err)
@@ -70,13 +70,13 @@ func TestUnknownBlocksAreRefusedByType(t *testing.T) {
 		{`{"type": "image", "source": "https://example.com/a.png"}`, "messages.0.content.0", "a image block is not taken in a user message, or misses a field"},
 		{`{"type": "image", "source": null}`, "messages.0.content.0", "a image block is not taken in a user message, or misses a field"},
 	} {
-		_, err := gateway.ReadMessages([]byte(`{"model": "m", "max_tokens": 10, "messages": [{"role": "user", "content": [` + c.block + `]}]}`))
+		_, err := gateway.Read(gateway.Messages, []byte(`{"model": "m", "max_tokens": 10, "messages": [{"role": "user", "content": [` + c.block + `]}]}`))
 		var e *gateway.Error
 		if !errors.As(err, &e) || e.Status != 400 || e.Param != c.param || !strings.Contains(e.Message, c.message) {
 			t.Errorf("%s: %v", c.block, err)
 		}
 	}
-	req, err := gateway.ReadMessages([]byte(`{"model": "m", "max_tokens": 10, "messages": [{"role": "user", "content": [{"type": "image", "source": {"type": "url", "url": "https://example.com/a.png"}}]}]}`))
+	req, err := gateway.Read(gateway.Messages, []byte(`{"model": "m", "max_tokens": 10, "messages": [{"role": "user", "content": [{"type": "image", "source": {"type": "url", "url": "https://example.com/a.png"}}]}]}`))
 	if err != nil || req.Items[0].Parts[0].Image == nil || req.Items[0].Parts[0].Image.URL != "https://example.com/a.png" {
 		t.Errorf("an image: %v %+v", err, req)
 	}
