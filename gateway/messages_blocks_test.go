@@ -70,7 +70,7 @@ func TestUnknownBlocksAreRefusedByType(t *testing.T) {
 		{`{"type": "image", "source": "https://example.com/a.png"}`, "messages.0.content.0", "a image block is not taken in a user message, or misses a field"},
 		{`{"type": "image", "source": null}`, "messages.0.content.0", "a image block is not taken in a user message, or misses a field"},
 	} {
-		_, err := gateway.Read(gateway.Messages, []byte(`{"model": "m", "max_tokens": 10, "messages": [{"role": "user", "content": [` + c.block + `]}]}`))
+		_, err := gateway.Read(gateway.Messages, []byte(`{"model": "m", "max_tokens": 10, "messages": [{"role": "user", "content": [`+c.block+`]}]}`))
 		var e *gateway.Error
 		if !errors.As(err, &e) || e.Status != 400 || e.Param != c.param || !strings.Contains(e.Message, c.message) {
 			t.Errorf("%s: %v", c.block, err)
