@@ -31,6 +31,11 @@ func (a *Agent) relay(ctx context.Context, t *flow.Task, m Model, emit func(flow
 	}
 	o := a.offer(t)
 	turn := gateway.Turn{Model: m.ID, System: strings.TrimSpace(t.Node.SystemPrompt)}
+	if t.Guidance != "" {
+		// A judge's note for this agent (CAUTION's): the operator's, as
+		// the flow's system prompt is, and never shown to the client.
+		turn.System = strings.TrimSpace(turn.System + "\n\nGuidance from " + t.GuidanceFrom + " (hidden from the user): " + t.Guidance)
+	}
 	for _, tool := range o.tools {
 		if !tool.Client {
 			params, _ := json.Marshal(tool.Parameters)

@@ -185,7 +185,8 @@ const chatHistory = `{"role": "system", "content": "INSTRUCTIONS-7c1f: you are a
 // client sent it, instructions, history with its calls and results, tools
 // and parameters included: through bare_agent and through guarded_agent
 // whose judges accept, the upstream's body differs from the client's in
-// its model alone, on the first request and on the one that continues
+// its model alone (and the input superego's guidance for the agent, where
+// it gives some), on the first request and on the one that continues
 // with the call's result.
 func TestChatReachesTheAgentAsSent(t *testing.T) {
 	for _, flowID := range []string{"bare_agent", "guarded_agent"} {
@@ -196,7 +197,16 @@ func TestChatReachesTheAgentAsSent(t *testing.T) {
 			  "response_format": {"type": "json_schema", "json_schema": {"name": "reply", "schema": {"type": "object", "properties": {"text": {"type": "string"}}}}},
 			  "messages": [` + chatHistory + `, {"role": "user", "content": "Write a.txt"}]}`
 			got, instance := f.post(t, "/v1/chat/completions", first)
-			if d := diff(asSent(t, first, "gpt-test"), u.last(t)); len(d) > 0 {
+			// The input superego's guidance for the agent (its judges
+			// accept with one) comes first, the operator's, and nothing
+			// else differs.
+			guided := func(body map[string]any) map[string]any {
+				if flowID == "guarded_agent" {
+					body["messages"] = append([]any{map[string]any{"role": "system", "content": "Guidance from input_superego (hidden from the user): " + guidanceMarker}}, body["messages"].([]any)...)
+				}
+				return body
+			}
+			if d := diff(guided(asSent(t, first, "gpt-test")), u.last(t)); len(d) > 0 {
 				t.Errorf("the upstream's body differs from the client's in %v:\n%s", d, u.bodies[len(u.bodies)-1])
 			}
 			choice := got["choices"].([]any)[0].(map[string]any)
@@ -221,7 +231,7 @@ func TestChatReachesTheAgentAsSent(t *testing.T) {
 			if again != instance {
 				t.Errorf("the results went to instance %s, not %s", again, instance)
 			}
-			want := asSent(t, second, "gpt-test")
+			want := guided(asSent(t, second, "gpt-test"))
 			if flowID == "guarded_agent" {
 				// The client was not sent the text beside the call (held
 				// for the output superego): the model reads its own reply.
@@ -263,6 +273,9 @@ func TestRefusalsAndWithheldResultsAreTheOnlyChanges(t *testing.T) {
 	// may reach the upstream late: it is no reply the model read).
 	body := u.with(t, `"tool_call_id"`)
 	msgs := body["messages"].([]any)
+	if g := msgs[0].(map[string]any); g["role"] == "system" && strings.HasPrefix(g["content"].(string), "Guidance from input_superego") {
+		msgs = msgs[1:] // the input superego's guidance for the agent, for the whole turn
+	}
 	if len(msgs) != 4 {
 		t.Fatalf("the model read %d messages: %v", len(msgs), msgs)
 	}
@@ -598,5 +611,37 @@ func TestARefusedCallReachesNoProtocol(t *testing.T) {
 			}
 			noLeak(t, c.path, raw)
 		}
+	}
+}
+
+// A judge's guidance for the agent (an input superego's CAUTION) reaches
+// the agent's model with the flow's own instructions, before the client's,
+// and never the client.
+func TestGuidanceReachesTheAgentsModel(t *testing.T) {
+	model := agentstest.OpenAI(t, func(r agentstest.Request) agentstest.Answer {
+		switch r.Node() {
+		case "input_superego":
+			return agentstest.Reply(thinkingMarker, "CAUTION", "GUIDANCE-FOR-THE-AGENT-3e1a", "")
+		case "":
+			return agentstest.Answer{Text: "Done."}
+		}
+		return agentstest.Reply(thinkingMarker, "ACCEPT", "", "")
+	})
+	b, _ := os.ReadFile("../flows/guarded_agent.json")
+	p := &agents.Providers{Default: "openai:gpt-test", OpenAIKey: "k", OpenAIBaseURL: model.URL + "/v1"}
+	f := serveWith(t, map[string]string{"guarded_agent": string(b)}, &flow.MemStore{}, p.Model, 0, nil)
+	resp := f.do(t, "POST", "/v1/chat/completions", `{"model": "guarded_agent", "messages": [{"role": "system", "content": "CLIENT-SYSTEM"}, {"role": "user", "content": "Hi"}]}`)
+	if raw := body(t, resp); resp.StatusCode != 200 || strings.Contains(raw, "GUIDANCE-FOR-THE-AGENT") {
+		t.Fatalf("%d %s", resp.StatusCode, raw)
+	}
+	var last agentstest.Request
+	for _, r := range model.Requests() {
+		if r.Node() == "" {
+			last = r
+		}
+	}
+	guidance, client := strings.Index(last.System, "GUIDANCE-FOR-THE-AGENT-3e1a"), strings.Index(last.System, "CLIENT-SYSTEM")
+	if guidance < 0 || client < 0 || guidance > client {
+		t.Errorf("the agent's model was told %q", last.System)
 	}
 }
