@@ -12,6 +12,7 @@ import (
 	"github.com/tmc/langchaingo/llms/anthropic"
 	"github.com/tmc/langchaingo/llms/openai"
 
+	"superego/backoff"
 	"superego/gateway"
 )
 
@@ -37,10 +38,14 @@ type Providers struct {
 	AnthropicKey     string
 	AnthropicBaseURL string
 	OllamaHost       string
-	HTTPClient       *http.Client // default http.DefaultClient
+	// HTTPClient calls the providers. By default it waits out their 429
+	// answers (backoff.Transport), for served runs and experiments alike;
+	// one given here should too.
+	HTTPClient *http.Client
 
-	mu    sync.Mutex
-	cache map[string]Model
+	mu      sync.Mutex
+	cache   map[string]Model
+	backoff backoff.Transport // the default client's
 }
 
 // Provider names a node's "model" may start with.
@@ -85,7 +90,7 @@ func (p *Providers) build(spec string) (Model, error) {
 	if name == "" {
 		name = defaultModels[provider]
 	}
-	client := &http.Client{Transport: http.DefaultTransport}
+	client := &http.Client{Transport: &p.backoff}
 	if p.HTTPClient != nil {
 		c := *p.HTTPClient
 		client = &c

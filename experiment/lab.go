@@ -32,7 +32,8 @@ type Lab struct {
 	Env Env
 	Log *slog.Logger
 	// RateLimited, where set, counts the provider answers of 429 waited out
-	// so far (Backoff.Waits): progress reports how many an experiment met.
+	// so far (backoff.Transport.Waits): progress reports how many an
+	// experiment met.
 	RateLimited func() int64
 
 	mu      sync.Mutex

@@ -19,6 +19,7 @@ import (
 
 	"superego/agents"
 	"superego/agents/agentstest"
+	"superego/backoff"
 	"superego/experiment"
 	"superego/flow"
 	"superego/tools"
@@ -99,7 +100,7 @@ type rig struct {
 	engine  *flow.Engine
 	fake    *agentstest.Server
 	store   experiment.Store
-	backoff *experiment.Backoff
+	limited *backoff.Transport
 	logs    *syncBuffer
 }
 
@@ -143,8 +144,8 @@ func newRig(t testing.TB, o rigOptions) *rig {
 	if o.transport != nil {
 		base = o.transport(fake.URL)
 	}
-	backoff := &experiment.Backoff{Retries: o.maxRetries}
-	p := &agents.Providers{Default: "openai:fake", OpenAIKey: "k", OpenAIBaseURL: base + "/v1", HTTPClient: &http.Client{Transport: backoff}}
+	limited := &backoff.Transport{Retries: o.maxRetries}
+	p := &agents.Providers{Default: "openai:fake", OpenAIKey: "k", OpenAIBaseURL: base + "/v1", HTTPClient: &http.Client{Transport: limited}}
 	if o.store == nil {
 		o.store = &experiment.MemStore{}
 	}
@@ -161,7 +162,7 @@ func newRig(t testing.TB, o rigOptions) *rig {
 	logs := &syncBuffer{}
 	log := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	engine := &flow.Engine{Flows: flows, Exec: &flow.Executor{Agent: agent, Library: texts}, Store: o.flows, Log: log}
-	lab := &experiment.Lab{Engine: engine, Store: o.store, RateLimited: backoff.Waits, Log: log,
+	lab := &experiment.Lab{Engine: engine, Store: o.store, RateLimited: limited.Waits, Log: log,
 		Env: experiment.Env{Flows: flows, Constitutions: texts, Providers: agents.ProviderNames, Dir: "testdata", Version: "v1.2.3 (test)"}}
 	t.Cleanup(func() {
 		lab.Stop(experiment.ErrShutdown)
@@ -170,7 +171,7 @@ func newRig(t testing.TB, o rigOptions) *rig {
 		engine.Close(expired)
 		lab.Close(context.Background())
 	})
-	return &rig{lab: lab, engine: engine, fake: fake, store: o.store, backoff: backoff, logs: logs}
+	return &rig{lab: lab, engine: engine, fake: fake, store: o.store, limited: limited, logs: logs}
 }
 
 // syncBuffer is a log's output, safe to write from any goroutine.

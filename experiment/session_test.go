@@ -153,8 +153,8 @@ func TestRateLimitsSlowDownAndErrorsCountApart(t *testing.T) {
 	if c.Errors != 1 || c.Harmful.N != 2 || c.Benign.N != 1 || rep.Outcomes != 4 {
 		t.Errorf("errors %d, harmful n %d, benign n %d, outcomes %d", c.Errors, c.Harmful.N, c.Benign.N, rep.Outcomes)
 	}
-	if r.backoff.Waits() != 3 {
-		t.Errorf("%d 429s waited out, want 3", r.backoff.Waits())
+	if r.limited.Waits() != 3 {
+		t.Errorf("%d 429s waited out, want 3", r.limited.Waits())
 	}
 	if elapsed < time.Second {
 		t.Errorf("the experiment took %s: it did not wait for Retry-After", elapsed)

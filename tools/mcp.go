@@ -19,6 +19,8 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"superego/backoff"
 )
 
 // MCP keeps the tool servers of an mcp.json running and offers their tools,
@@ -234,14 +236,14 @@ func (m *MCP) supervise(ctx context.Context, c *mcpConn) {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
 	log := m.logger().With("mcp_server", c.cfg.Name)
-	wait := firstRetry
+	failures := 0 // in a row
 	var started sync.Once
 	defer started.Do(func() { close(c.started) })
 	for {
 		stderr := &tail{}
 		up := time.Now()
 		err := c.run(ctx, stderr, func(tools int) {
-			wait = firstRetry // it ran: the next failure starts the backoff again
+			failures = 0 // it ran: the next failure starts the backoff again
 			started.Do(func() { close(c.started) })
 			log.Info("mcp server running", "tools", tools)
 		})
@@ -253,6 +255,8 @@ func (m *MCP) supervise(ctx context.Context, c *mcpConn) {
 			log.Warn("mcp server started again: a call got no answer in time", "ran", time.Since(up).Round(time.Millisecond))
 			continue
 		}
+		wait := backoff.Doubling(firstRetry, maxRetry, failures)
+		failures++
 		why := fmt.Errorf("mcp server %q is not running (%s; it is started again within %s)", c.cfg.Name, c.redact(err.Error()), wait.Round(time.Millisecond))
 		c.set(MCPRestarting, nil, nil, nil, why)
 		log.Warn("mcp server stopped", "err", c.redact(err.Error()), "ran", time.Since(up).Round(time.Millisecond), "retry_in", wait, "stderr", c.redact(stderr.String()))
@@ -263,7 +267,6 @@ func (m *MCP) supervise(ctx context.Context, c *mcpConn) {
 			return
 		case <-time.After(wait):
 		}
-		wait = min(2*wait, maxRetry)
 	}
 }
 

@@ -32,6 +32,7 @@ import (
 
 	"superego/agents"
 	"superego/api"
+	"superego/backoff"
 	"superego/experiment"
 	"superego/flow"
 	"superego/postgres"
@@ -186,7 +187,7 @@ const mcpWait = 15 * time.Second
 // wire builds the engine from the configuration: flows, tools, models, the
 // store, the MCP servers, which it starts, and the lab that runs
 // experiments on them. Model calls go through a transport that waits out a
-// provider's 429 (experiment.Backoff), and replies are kept in the store's
+// provider's 429 (backoff.Transport), and replies are kept in the store's
 // reply cache for runs with a cache scope.
 func wire(cfg config, log *slog.Logger) (*wiring, error) {
 	workspaces := &tools.Workspaces{Root: cfg.Workspaces}
@@ -200,7 +201,7 @@ func wire(cfg config, log *slog.Logger) (*wiring, error) {
 	if err != nil {
 		return nil, err
 	}
-	backoff := &experiment.Backoff{}
+	limited := &backoff.Transport{}
 	providers := &agents.Providers{
 		Default:          cfg.Model,
 		OpenAIKey:        cfg.OpenAIKey,
@@ -208,7 +209,7 @@ func wire(cfg config, log *slog.Logger) (*wiring, error) {
 		AnthropicKey:     cfg.AnthropicKey,
 		AnthropicBaseURL: cfg.AnthropicBaseURL,
 		OllamaHost:       cfg.OllamaHost,
-		HTTPClient:       &http.Client{Transport: backoff},
+		HTTPClient:       &http.Client{Transport: limited},
 	}
 	if _, err := providers.Model(""); err != nil {
 		return nil, err
@@ -240,7 +241,7 @@ func wire(cfg config, log *slog.Logger) (*wiring, error) {
 		agent.Cache = cache
 	}
 	engine := &flow.Engine{Flows: flows, Exec: &flow.Executor{Agent: agent, Context: append(rules, references...), Library: texts}, Store: store, MaxRuns: cfg.MaxRuns, MaxInput: int64(cfg.MaxInputMiB) << 20, Log: log}
-	lab := &experiment.Lab{Engine: engine, Store: experiments, Log: log, RateLimited: backoff.Waits,
+	lab := &experiment.Lab{Engine: engine, Store: experiments, Log: log, RateLimited: limited.Waits,
 		Env: experiment.Env{Flows: flows, Constitutions: texts, Providers: agents.ProviderNames, Dir: cfg.Experiments, Confined: true, MaxOutcomes: cfg.MaxOutcomes,
 			Version: version()}}
 	return &wiring{engine: engine, refused: refused, providers: providers, lab: lab, mcp: servers,

@@ -1,4 +1,9 @@
-package experiment
+// Package backoff is how superego waits before trying again: a wait that
+// doubles from a first one up to a longest (Doubling), and, for model
+// providers, a transport that waits out their 429 answers (Transport).
+// Serving and experiments call models through the same transport; MCP
+// servers that fail are started again on the same doubling.
+package backoff
 
 import (
 	"context"
@@ -11,7 +16,7 @@ import (
 	"time"
 )
 
-// Backoff is an http.RoundTripper for model providers that waits out a
+// Transport is an http.RoundTripper for model providers that waits out a
 // 429 instead of failing the call: it waits as long as the answer's
 // Retry-After says (seconds, or an HTTP date), or, without one, a second
 // doubling at each 429 in a row up to MaxWait, then sends the request
@@ -23,7 +28,7 @@ import (
 // error fails its run, which an experiment counts apart.
 //
 // The zero value is ready and uses http.DefaultTransport.
-type Backoff struct {
+type Transport struct {
 	Next    http.RoundTripper
 	MaxWait time.Duration // 0: 60s
 	Retries int           // 429s waited out for one request; 0: 8
@@ -39,10 +44,10 @@ type hostState struct {
 }
 
 // Waits counts the 429 answers waited out so far.
-func (b *Backoff) Waits() int64 { return b.waits.Load() }
+func (b *Transport) Waits() int64 { return b.waits.Load() }
 
 // RoundTrip sends req, waiting out 429s.
-func (b *Backoff) RoundTrip(req *http.Request) (*http.Response, error) {
+func (b *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	next := b.Next
 	if next == nil {
 		next = http.DefaultTransport
@@ -83,7 +88,7 @@ func (b *Backoff) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 }
 
-func (b *Backoff) state(host string) *hostState {
+func (b *Transport) state(host string) *hostState {
 	if b.hosts == nil {
 		b.hosts = map[string]*hostState{}
 	}
@@ -95,13 +100,13 @@ func (b *Backoff) state(host string) *hostState {
 	return s
 }
 
-func (b *Backoff) pausedUntil(host string) time.Time {
+func (b *Transport) pausedUntil(host string) time.Time {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.state(host).until
 }
 
-func (b *Backoff) succeeded(host string) {
+func (b *Transport) succeeded(host string) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.state(host).streak = 0
@@ -109,7 +114,7 @@ func (b *Backoff) succeeded(host string) {
 
 // pause holds the host's requests for as long as a 429 asks, and returns
 // that wait.
-func (b *Backoff) pause(host, retryAfter string) time.Duration {
+func (b *Transport) pause(host, retryAfter string) time.Duration {
 	max := b.MaxWait
 	if max <= 0 {
 		max = time.Minute
@@ -119,7 +124,7 @@ func (b *Backoff) pause(host, retryAfter string) time.Duration {
 	s := b.state(host)
 	wait, ok := parseRetryAfter(retryAfter, time.Now())
 	if !ok {
-		wait = time.Second << min(s.streak, 10)
+		wait = Doubling(time.Second, max, s.streak)
 		s.streak++
 	}
 	wait = min(wait, max)
@@ -157,4 +162,10 @@ func sleep(ctx context.Context, d time.Duration) error {
 	case <-ctx.Done():
 		return ctx.Err()
 	}
+}
+
+// Doubling is the wait before trying again after n failures in a row
+// (n from 0): first, twice as long after each failure, at most longest.
+func Doubling(first, longest time.Duration, n int) time.Duration {
+	return min(first<<min(n, 30), longest)
 }
