@@ -31,6 +31,8 @@ import (
 	"net/http"
 	neturl "net/url"
 	"os"
+	"os/exec"
+	"os/signal"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -57,6 +59,11 @@ const (
 	// LingerEnv, set, keeps the server's process running once its client
 	// has gone, as a server with work of its own would, until it is killed.
 	LingerEnv = "SUPEREGO_TEST_MCP_LINGER"
+	// PidsEnv names a file: set, the server starts a process of its own on
+	// its standard input and output, as npx starts node, which never reads
+	// its input and ignores SIGHUP, and writes "SERVER CHILD", their
+	// process ids, to the file before it serves.
+	PidsEnv = "SUPEREGO_TEST_MCP_PIDS"
 )
 
 // PageFile is the file fetch reads for url: beside LogEnv's file, named
@@ -216,10 +223,18 @@ func addActions(s *mcp.Server) {
 }
 
 // Main serves the test server over stdio, and exits, when the test binary
-// was started as one by Command; otherwise it returns at once. Call it
-// first in TestMain.
+// was started as one by Command; it runs the binary as what else it was
+// started as (a server's keeper, tools.KeeperMain; the child PidsEnv asks
+// for); otherwise it returns at once. Call it first in TestMain.
 func Main() {
+	tools.KeeperMain()
 	kind := os.Getenv(childEnv)
+	if kind == "stay" {
+		signal.Ignore(syscall.SIGHUP)
+		for {
+			time.Sleep(time.Hour)
+		}
+	}
 	if kind != "1" && kind != "actions" {
 		return
 	}
@@ -231,6 +246,12 @@ func Main() {
 	}
 	if secret := os.Getenv(SecretEnv); secret != "" {
 		fmt.Fprintln(os.Stderr, "mcptest: starting with token", secret)
+	}
+	if pids := os.Getenv(PidsEnv); pids != "" {
+		if err := startChild(pids); err != nil {
+			fmt.Fprintln(os.Stderr, "mcptest:", err)
+			os.Exit(1)
+		}
 	}
 	s := NewServer()
 	if kind == "actions" {
@@ -245,6 +266,22 @@ func Main() {
 		os.Exit(1)
 	}
 	os.Exit(0)
+}
+
+// startChild starts the test binary again as a child that stays, and
+// writes its process id and the child's to pids.
+func startChild(pids string) error {
+	exe, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	child := exec.Command(exe)
+	child.Env = append(os.Environ(), childEnv+"=stay")
+	child.Stdin, child.Stdout, child.Stderr = os.Stdin, os.Stdout, os.Stderr
+	if err := child.Start(); err != nil {
+		return err
+	}
+	return os.WriteFile(pids, fmt.Appendf(nil, "%d %d\n", os.Getpid(), child.Process.Pid), 0o644)
 }
 
 // Gone reports whether a process has ended: there is no such process, or
