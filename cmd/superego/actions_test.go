@@ -86,21 +86,16 @@ func TestKillNineLeavesNoMCPServer(t *testing.T) {
 		return agentstest.Answer{ToolCalls: []agentstest.Call{{ID: "p1", Name: "mcp__t__pid", Args: `{}`}}}
 	})}
 	s := startServer(t, dir, model, "--mcp", filepath.Join(dir, "mcp.json"), "--constitutions", "../../constitutions")
-	var pid, server, child int
+	var pid int
 	if _, err := fmt.Sscanf(regexp.MustCompile(`"response":"pid (\d+)"`).FindString(executeJSON(t, s.addr, "pid", "which pid")), `"response":"pid %d"`, &pid); err != nil || pid == 0 {
 		t.Fatalf("the server's pid: %v\n%s", err, s.logs)
 	}
-	// The server wrote the file before it served the call.
-	b, _ := os.ReadFile(pids)
-	if _, err := fmt.Sscanf(string(b), "%d %d", &server, &child); err != nil || server != pid || mcptest.Gone(child) {
-		t.Fatalf("pids %q (the server answered %d): %v", b, pid, err)
+	server, child := mcptest.Pids(t, pids) // written before it served the call
+	if server != pid {
+		t.Fatalf("the server wrote pid %d, and answered %d", server, pid)
 	}
 	t.Cleanup(func() { syscall.Kill(server, syscall.SIGKILL); syscall.Kill(child, syscall.SIGKILL) }) // should the test fail
 	s.cmd.Process.Signal(syscall.SIGKILL)
 	<-s.done
-	for deadline := time.Now().Add(5 * time.Second); !mcptest.Gone(server) || !mcptest.Gone(child); time.Sleep(20 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("outlived superego by 5 s: the MCP server (pid %d, gone: %v), its child (pid %d, gone: %v)", server, mcptest.Gone(server), child, mcptest.Gone(child))
-		}
-	}
+	mcptest.WaitGone(t, 5*time.Second, server, child)
 }

@@ -34,6 +34,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -59,10 +60,10 @@ const (
 	// LingerEnv, set, keeps the server's process running once its client
 	// has gone, as a server with work of its own would, until it is killed.
 	LingerEnv = "SUPEREGO_TEST_MCP_LINGER"
-	// PidsEnv names a file: set, the server starts a process of its own on
-	// its standard input and output, as npx starts node, which never reads
-	// its input and ignores SIGHUP, and writes "SERVER CHILD", their
-	// process ids, to the file before it serves.
+	// PidsEnv names a file: set, the server starts a process of its own,
+	// given the server's standard input, which it never reads (its end
+	// does not end it), and ignoring SIGHUP; and writes "SERVER CHILD",
+	// their process ids, to the file before it serves.
 	PidsEnv = "SUPEREGO_TEST_MCP_PIDS"
 )
 
@@ -277,11 +278,37 @@ func startChild(pids string) error {
 	}
 	child := exec.Command(exe)
 	child.Env = append(os.Environ(), childEnv+"=stay")
-	child.Stdin, child.Stdout, child.Stderr = os.Stdin, os.Stdout, os.Stderr
+	child.Stdin = os.Stdin
 	if err := child.Start(); err != nil {
 		return err
 	}
 	return os.WriteFile(pids, fmt.Appendf(nil, "%d %d\n", os.Getpid(), child.Process.Pid), 0o644)
+}
+
+// Pids reads the file PidsEnv names: the process ids of the server and of
+// its child, which are running as it serves.
+func Pids(tb testing.TB, file string) (server, child int) {
+	tb.Helper()
+	b, err := os.ReadFile(file)
+	if _, err2 := fmt.Sscanf(string(b), "%d %d", &server, &child); err != nil || err2 != nil || Gone(server) || Gone(child) {
+		tb.Fatalf("the server's and its child's pids: %q %v %v", b, err, err2)
+	}
+	return server, child
+}
+
+// WaitGone waits, for at most within, until every process of pids has
+// ended, and fails the test if one has not.
+func WaitGone(tb testing.TB, within time.Duration, pids ...int) {
+	tb.Helper()
+	for deadline := time.Now().Add(within); ; time.Sleep(20 * time.Millisecond) {
+		left := slices.DeleteFunc(slices.Clone(pids), Gone)
+		if len(left) == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			tb.Fatalf("after %s, of the processes %v, %v still run", within, pids, left)
+		}
+	}
 }
 
 // Gone reports whether a process has ended: there is no such process, or
