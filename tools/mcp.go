@@ -10,11 +10,9 @@ import (
 	"os"
 	"os/exec"
 	"regexp"
-	"runtime"
 	"slices"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
@@ -27,7 +25,8 @@ import (
 // named mcp__SERVER__TOOL. A server that cannot start, or dies, is started
 // again with backoff, and meanwhile its tools answer an error naming it: no
 // server's failure ever reaches the caller as anything but a tool error.
-// Start it once; Close stops every server.
+// Start it once; Close stops every server. A program that starts stdio
+// servers calls KeeperMain first thing in main.
 type MCP struct {
 	Servers []MCPServer
 	Log     *slog.Logger
@@ -226,15 +225,7 @@ func (m *MCP) logger() *slog.Logger {
 // supervise keeps one server running until ctx ends: it starts it, lists
 // its tools, and when it fails or dies, waits and starts it again; when a
 // call to it got no answer, it starts it again at once.
-//
-// It keeps its OS thread for as long as it runs: a program is sent its
-// parent-death signal when the thread that started it ends (not the
-// process), and Go ends a thread whenever a goroutine that locked it
-// returns without unlocking, which any code may do on a thread it was
-// lent. Locked here, the thread is lent to no one.
 func (m *MCP) supervise(ctx context.Context, c *mcpConn) {
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
 	log := m.logger().With("mcp_server", c.cfg.Name)
 	failures := 0 // in a row
 	var started sync.Once
@@ -282,18 +273,22 @@ func (c *mcpConn) run(ctx context.Context, stderr *tail, running func(tools int)
 		},
 	})
 	var transport mcp.Transport
-	var cmd *exec.Cmd
+	var group *keeper
 	if c.cfg.HTTP() {
 		transport = &mcp.StreamableClientTransport{Endpoint: c.cfg.URL, HTTPClient: &http.Client{Transport: headers{c.cfg.Headers, http.DefaultTransport}}}
 	} else {
-		cmd = exec.Command(c.cfg.Command, c.cfg.Args...)
+		var err error
+		if group, err = startKeeper(); err != nil {
+			return fmt.Errorf("start its keeper: %w", err)
+		}
+		// Whatever of the program's group is left when it has ended (the
+		// node that npx started) ends with it.
+		defer group.end()
+		cmd := exec.Command(c.cfg.Command, c.cfg.Args...)
 		cmd.Env = environ(c.cfg.Env)
 		cmd.Stderr = stderr
-		cmd.SysProcAttr = serverProcess()
+		group.join(cmd)
 		transport = &mcp.CommandTransport{Command: cmd, TerminateDuration: 2 * time.Second}
-		// Whatever else of the program's group is left (the node that
-		// npx started) ends with it.
-		defer killGroup(cmd)
 	}
 	// A first start may download the server (npx): give it time, but not
 	// forever.
@@ -343,7 +338,7 @@ func (c *mcpConn) run(ctx context.Context, stderr *tail, running func(tools int)
 				return err
 			}
 		case <-stop:
-			killGroup(cmd) // it does not answer: it gets no time to shut down
+			group.kill() // it does not answer: it gets no time to shut down
 			return errStalled
 		}
 	}
@@ -476,14 +471,6 @@ func (c *mcpConn) set(state string, session *mcp.ClientSession, stop chan struct
 		// Otherwise a stopped server's tools stay listed, and answer why
 		// they cannot be called, until it lists them again.
 		c.tools = tools
-	}
-}
-
-// killGroup kills what is left of a server program's process group, if
-// cmd started one.
-func killGroup(cmd *exec.Cmd) {
-	if cmd != nil && cmd.Process != nil {
-		syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
 	}
 }
 

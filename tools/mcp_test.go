@@ -372,3 +372,20 @@ func TestMCPHungCallRestartsTheServer(t *testing.T) {
 		t.Errorf("the restart is not logged:\n%s", logs)
 	}
 }
+
+// What a server started ends with it: when it dies (its group is killed
+// before it is started again) and when it is stopped, whether or not it
+// ends itself once its input closes (the server here does; its child does
+// not).
+func TestMCPServerGroupEndsWithIt(t *testing.T) {
+	pids := filepath.Join(t.TempDir(), "pids")
+	m, _ := startMCP(t, mcptest.Command(t, "t", map[string]string{mcptest.PidsEnv: pids}))
+	server, child := mcptest.Pids(t, pids)
+	syscall.Kill(server, syscall.SIGKILL)
+	waitState(t, m, "t", tools.MCPRestarting)
+	waitState(t, m, "t", tools.MCPRunning)
+	mcptest.WaitGone(t, 5*time.Second, server, child)
+	server, child = mcptest.Pids(t, pids)
+	m.Close()
+	mcptest.WaitGone(t, 5*time.Second, server, child)
+}

@@ -67,15 +67,18 @@ func TestKillNineDuringAToolCallRunsItOnce(t *testing.T) {
 }
 
 // An MCP server started over stdio ends with superego, however superego
-// ends: killed with kill -9, it takes the server with it, even one that
-// would keep running once its client has gone.
+// ends: killed with kill -9, it takes with it the server, and what the
+// server started, even where both would keep running once their client
+// has gone (the server lingers; its child never reads its input and
+// ignores SIGHUP).
 func TestKillNineLeavesNoMCPServer(t *testing.T) {
 	dir := t.TempDir()
 	os.MkdirAll(filepath.Join(dir, "flows"), 0o755)
 	os.WriteFile(filepath.Join(dir, "flows", "pid.json"), []byte(strings.Replace(mcpFlow, "%s", "mcp__t__pid", 1)), 0o644)
 	exe, _ := os.Executable()
+	pids := filepath.Join(dir, "pids")
 	writeJSON(t, filepath.Join(dir, "mcp.json"), map[string]any{"mcpServers": map[string]any{
-		"t": map[string]any{"command": exe, "env": map[string]string{"SUPEREGO_TEST_MCP_SERVER": "1", mcptest.LingerEnv: "1"}}}})
+		"t": map[string]any{"command": exe, "env": map[string]string{"SUPEREGO_TEST_MCP_SERVER": "1", mcptest.LingerEnv: "1", mcptest.PidsEnv: pids}}}})
 	model := &gatedModel{Server: agentstest.OpenAI(t, func(r agentstest.Request) agentstest.Answer {
 		if res := r.ToolResults(); len(res) > 0 {
 			return agentstest.Reply("", "COMPLETE", "", "pid "+res[0].Text)
@@ -87,12 +90,12 @@ func TestKillNineLeavesNoMCPServer(t *testing.T) {
 	if _, err := fmt.Sscanf(regexp.MustCompile(`"response":"pid (\d+)"`).FindString(executeJSON(t, s.addr, "pid", "which pid")), `"response":"pid %d"`, &pid); err != nil || pid == 0 {
 		t.Fatalf("the server's pid: %v\n%s", err, s.logs)
 	}
-	t.Cleanup(func() { syscall.Kill(pid, syscall.SIGKILL) }) // should the test fail
+	server, child := mcptest.Pids(t, pids) // written before it served the call
+	if server != pid {
+		t.Fatalf("the server wrote pid %d, and answered %d", server, pid)
+	}
+	t.Cleanup(func() { syscall.Kill(server, syscall.SIGKILL); syscall.Kill(child, syscall.SIGKILL) }) // should the test fail
 	s.cmd.Process.Signal(syscall.SIGKILL)
 	<-s.done
-	for deadline := time.Now().Add(5 * time.Second); !mcptest.Gone(pid); time.Sleep(20 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("the MCP server (pid %d) outlived superego by 5 s", pid)
-		}
-	}
+	mcptest.WaitGone(t, 5*time.Second, server, child)
 }

@@ -31,7 +31,10 @@ import (
 	"net/http"
 	neturl "net/url"
 	"os"
+	"os/exec"
+	"os/signal"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -57,6 +60,11 @@ const (
 	// LingerEnv, set, keeps the server's process running once its client
 	// has gone, as a server with work of its own would, until it is killed.
 	LingerEnv = "SUPEREGO_TEST_MCP_LINGER"
+	// PidsEnv names a file: set, the server starts a process of its own,
+	// given the server's standard input, which it never reads (its end
+	// does not end it), and ignoring SIGHUP; and writes "SERVER CHILD",
+	// their process ids, to the file before it serves.
+	PidsEnv = "SUPEREGO_TEST_MCP_PIDS"
 )
 
 // PageFile is the file fetch reads for url: beside LogEnv's file, named
@@ -216,10 +224,18 @@ func addActions(s *mcp.Server) {
 }
 
 // Main serves the test server over stdio, and exits, when the test binary
-// was started as one by Command; otherwise it returns at once. Call it
-// first in TestMain.
+// was started as one by Command; it runs the binary as what else it was
+// started as (a server's keeper, tools.KeeperMain; the child PidsEnv asks
+// for); otherwise it returns at once. Call it first in TestMain.
 func Main() {
+	tools.KeeperMain()
 	kind := os.Getenv(childEnv)
+	if kind == "stay" {
+		signal.Ignore(syscall.SIGHUP)
+		for {
+			time.Sleep(time.Hour)
+		}
+	}
 	if kind != "1" && kind != "actions" {
 		return
 	}
@@ -231,6 +247,12 @@ func Main() {
 	}
 	if secret := os.Getenv(SecretEnv); secret != "" {
 		fmt.Fprintln(os.Stderr, "mcptest: starting with token", secret)
+	}
+	if pids := os.Getenv(PidsEnv); pids != "" {
+		if err := startChild(pids); err != nil {
+			fmt.Fprintln(os.Stderr, "mcptest:", err)
+			os.Exit(1)
+		}
 	}
 	s := NewServer()
 	if kind == "actions" {
@@ -245,6 +267,48 @@ func Main() {
 		os.Exit(1)
 	}
 	os.Exit(0)
+}
+
+// startChild starts the test binary again as a child that stays, and
+// writes its process id and the child's to pids.
+func startChild(pids string) error {
+	exe, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	child := exec.Command(exe)
+	child.Env = append(os.Environ(), childEnv+"=stay")
+	child.Stdin = os.Stdin
+	if err := child.Start(); err != nil {
+		return err
+	}
+	return os.WriteFile(pids, fmt.Appendf(nil, "%d %d\n", os.Getpid(), child.Process.Pid), 0o644)
+}
+
+// Pids reads the file PidsEnv names: the process ids of the server and of
+// its child, which are running as it serves.
+func Pids(tb testing.TB, file string) (server, child int) {
+	tb.Helper()
+	b, err := os.ReadFile(file)
+	if _, err2 := fmt.Sscanf(string(b), "%d %d", &server, &child); err != nil || err2 != nil || Gone(server) || Gone(child) {
+		tb.Fatalf("the server's and its child's pids: %q %v %v", b, err, err2)
+	}
+	return server, child
+}
+
+// WaitGone waits, for at most within, until every process of pids has
+// ended, and fails the test if one has not.
+func WaitGone(tb testing.TB, within time.Duration, pids ...int) {
+	tb.Helper()
+	for deadline := time.Now().Add(within); ; time.Sleep(20 * time.Millisecond) {
+		left := slices.DeleteFunc(slices.Clone(pids), Gone)
+		if len(left) == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			tb.Fatalf("after %s, of the processes %v, %v still run", within, pids, left)
+		}
+	}
 }
 
 // Gone reports whether a process has ended: there is no such process, or
