@@ -129,11 +129,7 @@ func (s *Server) experimentReport(w http.ResponseWriter, r *http.Request) error 
 // experimentResults serves GET /experiments/{id}/results.jsonl: a line per
 // outcome recorded, visible fields only.
 func (s *Server) experimentResults(w http.ResponseWriter, r *http.Request) error {
-	lab, err := s.lab()
-	if err != nil {
-		return err
-	}
-	results, err := lab.Results(r.Context(), chi.URLParam(r, "id"))
+	results, err := s.results(r)
 	if err != nil {
 		return err
 	}
@@ -153,11 +149,7 @@ func (s *Server) experimentResults(w http.ResponseWriter, r *http.Request) error
 // experimentResultsCSV serves GET /experiments/{id}/results.csv: the
 // outcomes as one flat table, a row each.
 func (s *Server) experimentResultsCSV(w http.ResponseWriter, r *http.Request) error {
-	lab, err := s.lab()
-	if err != nil {
-		return err
-	}
-	results, err := lab.Results(r.Context(), chi.URLParam(r, "id"))
+	results, err := s.results(r)
 	if err != nil {
 		return err
 	}
@@ -165,6 +157,15 @@ func (s *Server) experimentResultsCSV(w http.ResponseWriter, r *http.Request) er
 	s.deadline(w)
 	w.Write(experiment.ResultsCSV(results))
 	return nil
+}
+
+// results are the outcomes of the experiment the route names.
+func (s *Server) results(r *http.Request) ([]experiment.Outcome, error) {
+	lab, err := s.lab()
+	if err != nil {
+		return nil, err
+	}
+	return lab.Results(r.Context(), chi.URLParam(r, "id"))
 }
 
 // cancelExperiment serves POST /experiments/{id}/cancel: its runs in flight

@@ -17,19 +17,49 @@ import (
 // each becomes a step of the instance, which every node's task carries.
 const MaxMessages = 2048
 
-// chatParam is what becomes of one parameter of a chat completions
-// request: read; a hint, forwarded to a chat upstream and dropped on the
+// param is what becomes of one parameter of a request: read; a hint,
+// forwarded to an upstream of the request's protocol and dropped on the
 // way to another; or refused, unless its value asks for nothing.
-type chatParam struct {
+type param struct {
 	read     func(r *Request, raw json.RawMessage) error
-	hint     bool
 	refused  string
 	harmless []string // values a refused parameter may take besides null and empty ones
 }
 
+// hint is a parameter that does not constrain the answer.
+var hint = param{}
+
+// readParams reads each field of a request's body by its parameter; a
+// field no parameter names is refused as unknown, or, where unknown is
+// nil, taken as a hint.
+func (r *Request) readParams(fields map[string]json.RawMessage, params map[string]param, unknown func(name string) *Error) error {
+	for _, name := range slices.Sorted(maps.Keys(fields)) {
+		raw := fields[name]
+		p, ok := params[name]
+		switch {
+		case !ok && unknown != nil:
+			return unknown(name)
+		case p.read != nil:
+			if err := p.read(r, raw); err != nil {
+				return err
+			}
+			if generation[name] && !isNull(raw) {
+				r.generation = append(r.generation, name)
+			}
+		case p.refused != "":
+			if asks(raw, p.harmless) {
+				return invalid(name, "unsupported_parameter", "Unsupported parameter: '%s': %s.", name, p.refused)
+			}
+		case !isNull(raw): // a hint
+			r.Params.Hints = append(r.Params.Hints, name)
+		}
+	}
+	return nil
+}
+
 // chatParams lists every parameter of the request as of OpenAI's API
 // reference; any other is refused, as OpenAI refuses it.
-var chatParams = map[string]chatParam{
+var chatParams = map[string]param{
 	"model":                 {read: readModel},
 	"messages":              {read: readChatMessages},
 	"stream":                {read: readStream},
@@ -47,20 +77,20 @@ var chatParams = map[string]chatParam{
 	"max_completion_tokens": {read: readMaxTokens("max_completion_tokens")},
 	"seed":                  {read: readSeed},
 
-	"frequency_penalty":      {hint: true},
-	"presence_penalty":       {hint: true},
-	"logit_bias":             {hint: true},
-	"reasoning_effort":       {hint: true},
-	"verbosity":              {hint: true},
-	"service_tier":           {hint: true},
-	"prediction":             {hint: true},
-	"user":                   {hint: true},
-	"safety_identifier":      {hint: true},
-	"prompt_cache_key":       {hint: true},
-	"prompt_cache_retention": {hint: true},
-	"prompt_cache_options":   {hint: true},
-	"metadata":               {hint: true},
-	"store":                  {hint: true},
+	"frequency_penalty":      hint,
+	"presence_penalty":       hint,
+	"logit_bias":             hint,
+	"reasoning_effort":       hint,
+	"verbosity":              hint,
+	"service_tier":           hint,
+	"prediction":             hint,
+	"user":                   hint,
+	"safety_identifier":      hint,
+	"prompt_cache_key":       hint,
+	"prompt_cache_retention": hint,
+	"prompt_cache_options":   hint,
+	"metadata":               hint,
+	"store":                  hint,
 
 	"functions":          {refused: "the client's tools are given as 'tools'; 'functions' is their older form, which this server does not take"},
 	"function_call":      {refused: "the client's tools are given as 'tools', and chosen with 'tool_choice'", harmless: []string{`"none"`, `"auto"`}},
@@ -80,26 +110,11 @@ func readChat(body []byte) (*Request, error) {
 		return nil, err
 	}
 	r := &Request{Wire: Chat, fields: fields}
-	for _, name := range slices.Sorted(maps.Keys(fields)) {
-		raw := fields[name]
-		p, ok := chatParams[name]
-		switch {
-		case !ok:
-			return nil, invalid(name, "unknown_parameter", "Unrecognized request argument supplied: %s", name)
-		case p.read != nil:
-			if err := p.read(r, raw); err != nil {
-				return nil, err
-			}
-			if generation[name] && !isNull(raw) {
-				r.generation = append(r.generation, name)
-			}
-		case p.hint:
-			if !isNull(raw) {
-				r.Params.Hints = append(r.Params.Hints, name)
-			}
-		case asks(raw, p.harmless):
-			return nil, invalid(name, "unsupported_parameter", "Unsupported parameter: '%s': %s.", name, p.refused)
-		}
+	unknown := func(name string) *Error {
+		return invalid(name, "unknown_parameter", "Unrecognized request argument supplied: %s", name)
+	}
+	if err := r.readParams(fields, chatParams, unknown); err != nil {
+		return nil, err
 	}
 	for _, name := range []string{"model", "messages"} {
 		if _, ok := fields[name]; !ok {

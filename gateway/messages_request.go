@@ -3,7 +3,6 @@ package gateway
 import (
 	"encoding/json"
 	"fmt"
-	"maps"
 	"slices"
 	"strings"
 )
@@ -17,25 +16,23 @@ import (
 // it. Any other parameter is a hint: forwarded to an Anthropic upstream,
 // dropped on the way to another (Anthropic adds parameters often, and
 // Claude Code sends them as soon as they exist).
-var messagesParams = map[string]func(r *Request, raw json.RawMessage) error{
-	"model":          readModel,
-	"messages":       readMessagesMessages,
-	"system":         readSystem,
-	"max_tokens":     readMaxTokens("max_tokens"),
-	"stream":         readStream,
-	"tools":          readMessagesTools,
-	"tool_choice":    readMessagesChoice,
-	"stop_sequences": readStopSequences,
-	"temperature":    readFloat("temperature", func(p *Params) **float64 { return &p.Temperature }),
-	"top_p":          readFloat("top_p", func(p *Params) **float64 { return &p.TopP }),
-	"output_config":  readOutputConfig,
-	"output_format":  readOutputFormat,
-	"constitutions":  readConstitutions,
-}
+var messagesParams = map[string]param{
+	"model":          {read: readModel},
+	"messages":       {read: readMessagesMessages},
+	"system":         {read: readSystem},
+	"max_tokens":     {read: readMaxTokens("max_tokens")},
+	"stream":         {read: readStream},
+	"tools":          {read: readMessagesTools},
+	"tool_choice":    {read: readMessagesChoice},
+	"stop_sequences": {read: readStopSequences},
+	"temperature":    {read: readFloat("temperature", func(p *Params) **float64 { return &p.Temperature })},
+	"top_p":          {read: readFloat("top_p", func(p *Params) **float64 { return &p.TopP })},
+	"output_config":  {read: readOutputConfig},
+	"output_format":  {read: readOutputFormat},
+	"constitutions":  {read: readConstitutions},
 
-var messagesRefused = map[string]string{
-	"mcp_servers": "the upstream would call MCP servers where no judge sees the calls; give the flow the servers instead",
-	"container":   "the upstream would run code where no judge sees it",
+	"mcp_servers": {refused: "the upstream would call MCP servers where no judge sees the calls; give the flow the servers instead"},
+	"container":   {refused: "the upstream would run code where no judge sees it"},
 }
 
 // ReadCountTokens reads a count_tokens request's body: a Messages request
@@ -55,22 +52,8 @@ func readMessages(body []byte) (*Request, error) {
 		return nil, err
 	}
 	r := &Request{Wire: Messages, fields: fields}
-	for _, name := range slices.Sorted(maps.Keys(fields)) {
-		raw := fields[name]
-		read, ok := messagesParams[name]
-		switch {
-		case ok:
-			if err := read(r, raw); err != nil {
-				return nil, err
-			}
-			if generation[name] && name != "max_tokens" && !isNull(raw) {
-				r.generation = append(r.generation, name)
-			}
-		case messagesRefused[name] != "" && asks(raw, nil):
-			return nil, invalid(name, "unsupported_parameter", "Unsupported parameter: '%s': %s.", name, messagesRefused[name])
-		case !isNull(raw):
-			r.Params.Hints = append(r.Params.Hints, name)
-		}
+	if err := r.readParams(fields, messagesParams, nil); err != nil {
+		return nil, err
 	}
 	for _, name := range []string{"model", "messages"} {
 		if _, ok := fields[name]; !ok {

@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"maps"
-	"slices"
 	"strings"
 )
 
@@ -13,16 +12,7 @@ import (
 // client sends. It is always translated for the upstream, which speaks
 // Chat Completions or Messages.
 
-// responsesParam is what becomes of one parameter of a Responses request:
-// read; a hint, which no upstream is sent (the upstream is another
-// protocol's); or refused, unless its value asks for nothing.
-type responsesParam struct {
-	read    func(r *Request, raw json.RawMessage) error
-	hint    bool
-	refused string
-}
-
-var responsesParams = map[string]responsesParam{
+var responsesParams = map[string]param{
 	"model":                {read: readModel},
 	"input":                {read: readInput},
 	"instructions":         {read: readInstructions},
@@ -38,17 +28,17 @@ var responsesParams = map[string]responsesParam{
 	"previous_response_id": {read: readPrevious},
 	"constitutions":        {read: readConstitutions},
 
-	"include":                {hint: true},
-	"reasoning":              {hint: true},
-	"metadata":               {hint: true},
-	"user":                   {hint: true},
-	"safety_identifier":      {hint: true},
-	"prompt_cache_key":       {hint: true},
-	"prompt_cache_retention": {hint: true},
-	"service_tier":           {hint: true},
-	"truncation":             {hint: true},
-	"stream_options":         {hint: true},
-	"client_metadata":        {hint: true}, // Codex's ids of its installation, session and turn
+	"include":                hint,
+	"reasoning":              hint,
+	"metadata":               hint,
+	"user":                   hint,
+	"safety_identifier":      hint,
+	"prompt_cache_key":       hint,
+	"prompt_cache_retention": hint,
+	"service_tier":           hint,
+	"truncation":             hint,
+	"stream_options":         hint,
+	"client_metadata":        hint, // Codex's ids of its installation, session and turn
 
 	"background":     {refused: "a response is answered at once: a flow's run is not polled for"},
 	"conversation":   {refused: "conversations are OpenAI's to keep: send the conversation's items, or a previous_response_id of this server"},
@@ -66,26 +56,9 @@ func readResponses(body []byte) (*Request, error) {
 		return nil, err
 	}
 	r := &Request{Wire: Responses, fields: fields}
-	for _, name := range slices.Sorted(maps.Keys(fields)) {
-		raw := fields[name]
-		p, ok := responsesParams[name]
-		switch {
-		case !ok:
-			return nil, invalid(name, "unknown_parameter", "Unknown parameter: '%s'.", name)
-		case p.read != nil:
-			if err := p.read(r, raw); err != nil {
-				return nil, err
-			}
-			if generation[name] && !isNull(raw) {
-				r.generation = append(r.generation, name)
-			}
-		case p.hint:
-			if !isNull(raw) {
-				r.Params.Hints = append(r.Params.Hints, name)
-			}
-		case asks(raw, nil):
-			return nil, invalid(name, "unsupported_parameter", "Unsupported parameter: '%s': %s.", name, p.refused)
-		}
+	unknown := func(name string) *Error { return invalid(name, "unknown_parameter", "Unknown parameter: '%s'.", name) }
+	if err := r.readParams(fields, responsesParams, unknown); err != nil {
+		return nil, err
 	}
 	if _, ok := fields["model"]; !ok {
 		return nil, invalid("model", "missing_required_parameter", "Missing required parameter: 'model'.")
