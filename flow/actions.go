@@ -574,7 +574,7 @@ func (r *runner) finishInterrupted() error {
 	s.NextAgent = &next
 	r.iters[node.Name]++
 	r.nsteps++
-	return r.appendStep(s, node)
+	return r.appendStep(&s, node)
 }
 
 // waiting is a tool call that waits for a person's review, and its node.
@@ -752,7 +752,7 @@ func (r *runner) notRun(turn []Step, why string) (Step, bool) {
 // answered "not run: " and the reason, and the run ends cancelled.
 func (r *runner) abandon(reason string) Outcome {
 	if s, ok := r.notRun(r.steps[r.turn+1:], reason); ok {
-		if err := r.appendStep(s, r.t.Def.Graph.Nodes[s.Node]); err != nil {
+		if err := r.appendStep(&s, r.t.Def.Graph.Nodes[s.Node]); err != nil {
 			return Outcome{Status: StatusFailed, Err: err}
 		}
 	}
@@ -806,7 +806,7 @@ func (r *runner) rejudge(ctx context.Context, node *Node, rec Step) (changed boo
 	if callJudge == nil && resultJudge == nil {
 		return false, nil
 	}
-	task := r.task(r.steps, r.heldSteps(), node)
+	task := r.task(r.steps, r.held, node)
 	send := func(e Event) error {
 		if node.Judged() {
 			return r.hold(e)

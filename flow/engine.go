@@ -251,32 +251,32 @@ func (e *Engine) Run(ctx context.Context, req Request, watch func(Event)) error 
 
 // start reserves the instance and lets attach hook a reader onto the run
 // before its first event; the caller runs it.
-func (e *Engine) start(ctx context.Context, req Request, review *Review, attach func(*liveRun)) (*liveRun, Turn, error) {
+func (e *Engine) start(ctx context.Context, req Request, review *Review, attach func(*liveRun)) (*liveRun, *Turn, error) {
 	f := e.Flows[req.FlowID]
 	if f == nil {
-		return nil, Turn{}, fmt.Errorf("flow %q: %w", req.FlowID, ErrNotFound)
+		return nil, nil, fmt.Errorf("flow %q: %w", req.FlowID, ErrNotFound)
 	}
 	instanceID := req.InstanceID
 	isNew := instanceID == ""
 	if isNew {
 		instanceID = NewID()
 	} else if inst, err := e.Store.Get(ctx, instanceID); err != nil {
-		return nil, Turn{}, err
+		return nil, nil, err
 	} else if inst.FlowID != req.FlowID {
-		return nil, Turn{}, fmt.Errorf("instance %s runs flow %q, not %q: %w", instanceID, inst.FlowID, req.FlowID, ErrInvalid)
+		return nil, nil, fmt.Errorf("instance %s runs flow %q, not %q: %w", instanceID, inst.FlowID, req.FlowID, ErrInvalid)
 	}
 	for i, s := range req.Prior {
 		if s.Role != RoleUser && s.Role != RoleAssistant || !isNew {
-			return nil, Turn{}, fmt.Errorf("prior message %d: a new instance's messages are user or assistant ones: %w", i, ErrInvalid)
+			return nil, nil, fmt.Errorf("prior message %d: a new instance's messages are user or assistant ones: %w", i, ErrInvalid)
 		}
 	}
 	turn, err := e.turn(ctx, f, req.Options)
 	if err != nil {
-		return nil, Turn{}, err
+		return nil, nil, err
 	}
 	e.saveEndings()
 	if err := e.savedEnding(instanceID); err != nil {
-		return nil, Turn{}, err // its last run's ids are not in its log yet
+		return nil, nil, err // its last run's ids are not in its log yet
 	}
 	run := newLiveRun()
 	run.input = req.size()
@@ -290,12 +290,12 @@ func (e *Engine) start(ctx context.Context, req Request, review *Review, attach 
 		// §4a), waits for that rather than being refused.
 		free := e.finishing(instanceID)
 		if !errors.Is(err, ErrBusy) || free == nil {
-			return nil, Turn{}, err
+			return nil, nil, err
 		}
 		select {
 		case <-free:
 		case <-ctx.Done():
-			return nil, Turn{}, err
+			return nil, nil, err
 		}
 	}
 	var st State
@@ -308,20 +308,20 @@ func (e *Engine) start(ctx context.Context, req Request, review *Review, attach 
 		if err != nil {
 			e.release(instanceID)
 			e.wg.Done()
-			return nil, Turn{}, fmt.Errorf("start run on instance %s: %w", instanceID, err)
+			return nil, nil, fmt.Errorf("start run on instance %s: %w", instanceID, err)
 		}
 		st = Replay(events)
 	}
 	if err := e.goOn(ctx, &turn, instanceID, st, req, review); err != nil {
 		e.release(instanceID)
 		e.wg.Done()
-		return nil, Turn{}, err
+		return nil, nil, err
 	}
 	run.mu.Lock()
 	attach(run)
 	run.seq = st.LastID
 	run.mu.Unlock()
-	return run, turn, nil
+	return run, &turn, nil
 }
 
 // goOn checks that req, or a person's answer to a review, answers what
@@ -402,7 +402,7 @@ func (e *Engine) turn(ctx context.Context, f *Flow, opt RunOptions) (Turn, error
 // going; the executor turns one in a node into a failed run. A claim, for
 // a run shared between replicas, is released once the run's events are
 // all written; a cancel from any replica stops the run.
-func (e *Engine) run(run *liveRun, turn Turn, claim *Claim) {
+func (e *Engine) run(run *liveRun, turn *Turn, claim *Claim) {
 	id := turn.InstanceID // what the sink's functions need of turn, which they would keep on the heap
 	defer e.wg.Done()
 	defer e.release(id)
@@ -424,7 +424,7 @@ func (e *Engine) run(run *liveRun, turn Turn, claim *Claim) {
 	defer run.end()
 	defer func() {
 		if p := recover(); p != nil {
-			e.runLog(&turn).Error("run stopped by a panic; it resumes at the next start", "panic", fmt.Sprint(p))
+			e.runLog(turn).Error("run stopped by a panic; it resumes at the next start", "panic", fmt.Sprint(p))
 		}
 	}()
 	sink := Sink{
@@ -443,8 +443,8 @@ func (e *Engine) run(run *liveRun, turn Turn, claim *Claim) {
 	}
 	info := RunInfo{FlowID: turn.FlowID, InstanceID: turn.InstanceID, RunID: turn.RunID, Resumed: turn.Resume && !turn.Opened}
 	ctx := e.Exec.Observe.runStarted(run.ctx, info)
-	out := e.Exec.Run(ctx, turn, sink)
-	ended = e.finish(ctx, run, &turn, info, out, claim)
+	out := e.Exec.run(ctx, turn, sink)
+	ended = e.finish(ctx, run, turn, info, out, claim)
 }
 
 // finish settles how a run ended, tells the observer and logs it where
@@ -672,7 +672,7 @@ func (e *Engine) Recover(ctx context.Context, only func(RunOptions) bool) (int, 
 		}
 		run.seq = st.LastID
 		turn.InstanceID, turn.RunID, turn.Steps, turn.Held, turn.Resume, turn.Unfinished = inst.ID, NewID(), st.Steps, held, true, st.Unfinished
-		go e.run(run, turn, nil)
+		go e.run(run, &turn, nil)
 		e.runLog(&turn).Info("resuming interrupted run", "steps", len(st.Steps), "held", len(held))
 		resumed++
 	}

@@ -256,18 +256,18 @@ func (p *replayer) walked(s Step) {
 	if !p.diverged && (p.next >= len(p.steps) || p.steps[p.next].Node != s.Node) {
 		p.diverged = true
 	}
-	p.asked(s)
+	p.asked(&s)
 }
 
 // asked takes the step of a node asked again: the path stays on the record
 // while it decides as recorded. ok is false when it left the record and
 // the run may not go on live.
-func (p *replayer) asked(step Step) (ok bool) {
+func (p *replayer) asked(step *Step) (ok bool) {
 	p.counts.Made++
 	if p.diverged {
 		return true
 	}
-	rec := p.steps[p.next]
+	rec := &p.steps[p.next]
 	if step.Decision != rec.Decision || (step.NextAgent == nil) != (rec.NextAgent == nil) || step.NextAgent != nil && *step.NextAgent != *rec.NextAgent {
 		p.diverged = true
 		return !p.noLive

@@ -137,14 +137,14 @@ func (e *Engine) dispatch(ctx context.Context, req Request, review *Review, watc
 			watch(ev)
 		}
 		run.watch = watch
-		e.run(run, turn, claim)
+		e.run(run, &turn, claim)
 		return nil, nil
 	}
 	run.mu.Lock()
 	sub := run.subscribe(d.Opening, 0)
 	sub.Instance = d.InstanceID
 	run.mu.Unlock()
-	go e.run(run, turn, claim)
+	go e.run(run, &turn, claim)
 	return sub, nil
 }
 
@@ -189,7 +189,7 @@ func (e *Engine) Take(ctx context.Context, instance string, claim *Claim) error 
 		return nil
 	}
 	turn.InstanceID, turn.RunID, turn.Steps, turn.Held, turn.Resume, turn.Opened, turn.Unfinished = instance, NewID(), st.Steps, held, true, !claim.Resumed, st.Unfinished
-	go e.run(run, turn, claim)
+	go e.run(run, &turn, claim)
 	e.runLog(&turn).Info("took over a run", "resumed", claim.Resumed)
 	return nil
 }
