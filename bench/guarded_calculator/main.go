@@ -327,7 +327,7 @@ func (b *bench) atOnce(out map[string]any, prefix string, n, rounds int, delay t
 	out[prefix+"wall_ms"] = sorted[len(sorted)/2]
 	out[prefix+"ideal_ms"] = ideal
 	out[prefix+"overhead_ms"] = sorted[len(sorted)/2] - ideal
-	return o.profiles.heapAtPeak(prefix+"heap.pprof", n, round)
+	return o.profiles.heapAtPeak(out, prefix, n, round)
 }
 
 // options are the flags that change what is measured, not the workload.
@@ -492,6 +492,8 @@ func run(seq int, minSeconds float64, warmup, conc, concBig int, delay time.Dura
 	runtime.ReadMemStats(&ms)
 	out := map[string]any{
 		"rest_heap_kb":           ms.HeapInuse / 1024,
+		"rest_heap_alloc_kb":     ms.HeapAlloc / 1024,
+		"rest_stacks_kb":         ms.StackInuse / 1024,
 		"rest_sys_kb":            ms.Sys / 1024,
 		"engine":                 "superego",
 		"store":                  store,
