@@ -73,12 +73,13 @@ type liveRun struct {
 	nolog   bool           // its instance's creation failed: it has no log to end
 	drained sync.Cond      // pending became empty, or a held write ended
 	holding int            // held events whose writes are not done
-	log     []Event        // delivered events, kept while the run has subscribers to read them
+	log     []Event        // delivered events its subscribers have yet to read (forgetRead)
 	ended   bool           // log is complete
 	subs    map[*Subscription]struct{}
 	watch   func(Event) // Run's watcher, if any: called in deliver
 	// finished: its done is delivered, and a client may act on it before
-	// the run has let go of its instance; free is closed once it has.
+	// the run has let go of its instance; free is closed once it has. It
+	// is made, under Engine.mu, when a client first waits for it.
 	finished atomic.Bool
 	free     chan struct{}
 }
@@ -89,9 +90,12 @@ type pendingEvent struct {
 	ready bool
 }
 
+// newLiveRun makes a run's state: what it holds while it waits for its
+// model, a thousand times over when a thousand do, is made only when it is
+// needed (its subscribers, its queue of events, the channel a client waits
+// on for it to let go of its instance).
 func newLiveRun() *liveRun {
-	// Sized for a typical run, so its events rarely copy as they arrive.
-	run := &liveRun{subs: map[*Subscription]struct{}{}, pending: make([]pendingEvent, 0, 8), free: make(chan struct{})}
+	run := &liveRun{}
 	run.drained.L = &run.mu
 	return run
 }
@@ -148,16 +152,21 @@ func (s *Subscription) Events(ctx context.Context) iter.Seq[Event] {
 
 // take returns the next live event, if one is there.
 func (s *Subscription) take() (ev Event, ok, ended bool) {
-	s.run.mu.Lock()
-	defer s.run.mu.Unlock()
-	for s.next < len(s.run.log) {
-		ev = s.run.log[s.next]
+	run := s.run
+	run.mu.Lock()
+	defer run.mu.Unlock()
+	for !ok && s.next < len(run.log) {
+		ev = run.log[s.next]
 		s.next++
-		if ev.ID > s.after {
-			return ev, true, false
-		}
+		ok = ev.ID > s.after
 	}
-	return Event{}, false, s.run.ended
+	if s.next == len(run.log) {
+		run.forgetRead()
+	}
+	if !ok {
+		return Event{}, false, run.ended
+	}
+	return ev, true, false
 }
 
 // Buffered reports whether an event is there to read without waiting.
@@ -184,6 +193,7 @@ func (s *Subscription) Close() {
 	}
 	s.run.mu.Lock()
 	delete(s.run.subs, s)
+	s.run.forgetRead()
 	s.run.mu.Unlock()
 }
 
@@ -718,6 +728,9 @@ func (e *Engine) finishing(id string) <-chan struct{} {
 		close(c)
 		return c
 	case run.finished.Load():
+		if run.free == nil {
+			run.free = make(chan struct{})
+		}
 		return run.free
 	}
 	return nil
@@ -726,7 +739,9 @@ func (e *Engine) finishing(id string) <-chan struct{} {
 func (e *Engine) release(id string) {
 	e.mu.Lock()
 	if run := e.live[id]; run != nil {
-		close(run.free)
+		if run.free != nil {
+			close(run.free)
+		}
 		e.input -= run.input
 	}
 	delete(e.live, id)
@@ -877,6 +892,24 @@ func (run *liveRun) deliver() {
 	}
 }
 
+// forgetRead drops the log's events once every subscriber has read them:
+// the store has them, and a subscriber that comes later starts at the
+// log's end and reads what went before from the store. While its readers
+// keep up, a run holds only the events they have yet to read. run.mu is
+// held.
+func (run *liveRun) forgetRead() {
+	for s := range run.subs {
+		if s.next < len(run.log) {
+			return
+		}
+	}
+	clear(run.log)
+	run.log = run.log[:0]
+	for s := range run.subs {
+		s.next = 0
+	}
+}
+
 func (run *liveRun) wakeAll() {
 	for s := range run.subs {
 		select {
@@ -892,6 +925,9 @@ func (run *liveRun) subscribe(backlog []Event, after int64) *Subscription {
 		after = backlog[n-1].ID
 	}
 	s := &Subscription{Backlog: backlog, run: run, next: len(run.log), after: after, wake: make(chan struct{}, 1)}
+	if run.subs == nil {
+		run.subs = map[*Subscription]struct{}{}
+	}
 	run.subs[s] = struct{}{}
 	return s
 }
