@@ -198,8 +198,10 @@ func (x *Executor) run(ctx context.Context, t *Turn, sink Sink) Outcome {
 // newRunner sets a run of t up. It is apart from run so that what it needs
 // takes no room on the stack while a run waits on its model.
 func (x *Executor) newRunner(t *Turn, sink Sink) *runner {
-	// Room for a typical turn's steps, so appending rarely copies the log.
+	// Room for a typical turn's steps, so appending rarely copies the log;
+	// the run keeps the log before it once, in steps.
 	steps := append(make([]Step, 0, len(t.Steps)+6), t.Steps...)
+	t.Steps = nil
 	r := &runner{x: x, t: t, now: x.now(), sink: sink, steps: steps, iters: map[string]int{}}
 	if len(x.Context) > 0 || len(t.Def.Context) > 0 || t.Def.supervised() {
 		var names []string
@@ -1323,17 +1325,22 @@ func withoutHidden(s *Step) {
 
 // earlier is the visible transcript before this turn, which every task of
 // the turn is given: made once, and shared, for agents only read it, and a
-// conversation of thousands of messages is not copied for each task.
+// conversation of thousands of messages is not copied for each task. The
+// steps before the turn have their hidden fields taken out where they are,
+// in steps, which nothing reads them in once the turn's tasks begin; where
+// none was withheld, the transcript is those steps, not a copy.
 func (r *runner) earlier(steps []Step) []Step {
 	r.historyOnce.Do(func() {
-		r.history = make([]Step, 0, r.turn)
-		for i := range steps[:r.turn] {
-			if steps[i].Withheld != "" {
-				continue // the user never saw it
-			}
-			r.history = append(r.history, steps[i])
-			withoutHidden(&r.history[len(r.history)-1])
+		past := steps[:r.turn:r.turn]
+		for i := range past {
+			withoutHidden(&past[i])
 		}
+		withheld := func(s Step) bool { return s.Withheld != "" } // the user never saw it
+		if !slices.ContainsFunc(past, withheld) {
+			r.history = past
+			return
+		}
+		r.history = slices.DeleteFunc(slices.Clone(past), withheld)
 	})
 	return r.history
 }
