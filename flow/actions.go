@@ -587,7 +587,8 @@ type waiting struct {
 // and have no answer yet.
 func awaitingCalls(turn []Step) []waiting {
 	var out []waiting
-	for _, s := range turn {
+	for i := range turn {
+		s := &turn[i]
 		for _, u := range s.ToolUsage {
 			if u.Awaiting && s.AgentID != Reviewer {
 				out = append(out, waiting{s.Node, u})
@@ -682,7 +683,8 @@ func Reviews(steps []Step) []PendingReview {
 // have not come back.
 func waitingResults(turn []Step) []waiting {
 	var out []waiting
-	for j, s := range turn {
+	for j := range turn {
+		s := &turn[j]
 		for _, u := range usageOf(s) {
 			if u.AwaitingResult && !settledLater(turn[j+1:], u.ID) {
 				out = append(out, waiting{s.Node, u})
@@ -695,15 +697,18 @@ func waitingResults(turn []Step) []waiting {
 // settledLater reports whether a later step records the call as run,
 // refused or answered.
 func settledLater(later []Step, id string) bool {
-	return slices.ContainsFunc(later, func(s Step) bool {
-		return slices.ContainsFunc(usageOf(s), func(u ToolUse) bool { return u.ID == id && !u.AwaitingResult })
-	})
+	for i := range later {
+		if slices.ContainsFunc(usageOf(&later[i]), func(u ToolUse) bool { return u.ID == id && !u.AwaitingResult }) {
+			return true
+		}
+	}
+	return false
 }
 
 // usageOf is a step's tool usage as the agent made it: a step withheld when
 // its turn paused for the client (§4a) shows only the calls sent to the
 // client, and keeps the results that came back, and the refusals, apart.
-func usageOf(s Step) []ToolUse {
+func usageOf(s *Step) []ToolUse {
 	if s.Withheld != "" {
 		return s.WithheldToolUsage
 	}

@@ -659,6 +659,19 @@ func (r *runner) opening() []Event {
 	}
 	group := make([]Event, 1, len(r.t.Prior)+2)
 	group[0] = start
+	if len(r.t.Prior) > 0 || len(r.steps) > 0 {
+		group = r.before(group)
+	}
+	r.turn = len(r.steps)
+	user := Step{AgentID: "user", Role: RoleUser, Response: r.t.Input, NextAgent: &first}
+	r.stamp(&user)
+	return append(group, Event{Name: EventCompleteStep, Data: user})
+}
+
+// before appends to group the steps that go before the user's message: a
+// new instance's conversation, or the answers to the calls its client
+// never answered.
+func (r *runner) before(group []Event) []Event {
 	r.steps = slices.Grow(r.steps, len(r.t.Prior)+1)
 	for i := range r.t.Prior {
 		p := &r.t.Prior[i]
@@ -676,10 +689,7 @@ func (r *runner) opening() []Event {
 			group = append(group, Event{Name: EventCompleteStep, Data: s})
 		}
 	}
-	r.turn = len(r.steps)
-	user := Step{AgentID: "user", Role: RoleUser, Response: r.t.Input, NextAgent: &first}
-	r.stamp(&user)
-	return append(group, Event{Name: EventCompleteStep, Data: user})
+	return group
 }
 
 // lastUserStep is the index of the last user step, where the last turn
