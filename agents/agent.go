@@ -62,15 +62,7 @@ func (a *Agent) Act(ctx context.Context, t *flow.Task, emit func(flow.Event)) (f
 		timeout = 2 * time.Minute
 	}
 	o := a.offer(t)
-	var offered []llms.Tool
-	for _, tool := range o.tools {
-		offered = append(offered, llms.Tool{Type: "function", Function: &llms.FunctionDefinition{
-			Name: tool.Name, Description: tool.Description, Parameters: tool.Parameters}})
-	}
-	for _, d := range supervision.Offered(t.Node) {
-		offered = append(offered, llms.Tool{Type: "function", Function: &llms.FunctionDefinition{
-			Name: d.Name, Description: d.Description, Parameters: d.Parameters}})
-	}
+	offered := o.definitions(t.Node)
 	gate := t.Calls
 	if gate == nil {
 		gate = flow.Ungated(emit)
@@ -81,13 +73,7 @@ func (a *Agent) Act(ctx context.Context, t *flow.Task, emit func(flow.Event)) (f
 		gate.Propose(i, use, info, func(context.Context) flow.Result { return run(toolCtx) })
 	}
 	if len(t.Approved) > 0 {
-		// A person answered the calls that waited: they run, or are
-		// refused, as answered, with no model call.
-		for i, u := range t.Approved {
-			propose(i, llms.ToolCall{ID: u.ID, Type: "function", FunctionCall: &llms.FunctionCall{Name: u.ToolName, Arguments: string(u.Input)}})
-		}
-		uses, err := gate.Finish(ctx, len(t.Approved))
-		return flow.Reply{ToolUsage: uses}, err
+		return approved(ctx, t, gate, propose)
 	}
 	stream := &responseStream{emit: func(delta string) {
 		emit(flow.Event{Name: flow.EventPartial, Data: flow.Partial{StepID: t.StepID, Node: t.Node.Name, AgentID: t.Node.AgentID, Delta: delta}})
@@ -113,19 +99,7 @@ func (a *Agent) Act(ctx context.Context, t *flow.Task, emit func(flow.Event)) (f
 	callCtx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	start := time.Now()
-	key := promptKey{node: t.Node}
-	if t.Action != nil {
-		key.kind = t.Action.Kind // a judge of actions has a prompt for calls and one for results
-	}
-	p, ok := a.prompts.Load(key)
-	if !ok {
-		p, _ = a.prompts.LoadOrStore(key, promptOf(t))
-	}
-	system := p.(prompt).plain
-	if len(t.Stack) > 0 && t.Node.Type == flow.Superego {
-		system = a.stacked.prompt(key, p.(prompt), t.Stack)
-	}
-	msgs := messages(t, system, o.context)
+	msgs := messages(t, a.system(t), o.context)
 	callCtx, observed := a.Observe.modelStarted(callCtx, t, m, msgs, start)
 	got, cached, err := a.generate(callCtx, t, m, msgs, offered, opts)
 	reply := flow.Reply{Model: m.Name, Latency: time.Since(start), Cached: cached}
@@ -141,13 +115,7 @@ func (a *Agent) Act(ctx context.Context, t *flow.Task, emit func(flow.Event)) (f
 	case err != nil:
 		return reply, fmt.Errorf("%w: %s: %w", flow.ErrModelUnavailable, m.Name, err)
 	}
-	reply.Usage = got.Usage
-	calls := make([]llms.ToolCall, len(got.Calls))
-	for i, c := range got.Calls {
-		calls[i] = c.call()
-	}
-	f := readReply(got.Text)
-	reply.Thinking, reply.Decision, reply.AgentGuidance, reply.Response, reply.Basis = f.Thinking, f.Decision, f.AgentGuidance, f.Response, f.Basis
+	calls := got.read(&reply)
 	if len(calls) == 0 {
 		if strings.TrimSpace(got.Text) == "" {
 			return reply, fmt.Errorf("%w: model %s sent an empty reply", flow.ErrModelOutput, m.Name)
@@ -164,6 +132,33 @@ func (a *Agent) Act(ctx context.Context, t *flow.Task, emit func(flow.Event)) (f
 		a.endCycle(t, &reply)
 	}
 	return reply, nil
+}
+
+// system is the system prompt of the task's model call: its node's, built
+// once, under the task's stack if it has one.
+func (a *Agent) system(t *flow.Task) string {
+	key := promptKey{node: t.Node}
+	if t.Action != nil {
+		key.kind = t.Action.Kind // a judge of actions has a prompt for calls and one for results
+	}
+	p, ok := a.prompts.Load(key)
+	if !ok {
+		p, _ = a.prompts.LoadOrStore(key, promptOf(t))
+	}
+	if len(t.Stack) > 0 && t.Node.Type == flow.Superego {
+		return a.stacked.prompt(key, p.(prompt), t.Stack)
+	}
+	return p.(prompt).plain
+}
+
+// approved runs, or refuses, the calls a person answered, as answered,
+// with no model call.
+func approved(ctx context.Context, t *flow.Task, gate *flow.Calls, propose func(int, llms.ToolCall)) (flow.Reply, error) {
+	for i, u := range t.Approved {
+		propose(i, llms.ToolCall{ID: u.ID, Type: "function", FunctionCall: &llms.FunctionCall{Name: u.ToolName, Arguments: string(u.Input)}})
+	}
+	uses, err := gate.Finish(ctx, len(t.Approved))
+	return flow.Reply{ToolUsage: uses}, err
 }
 
 // OutputFile is the output protocol's file: a worker ends its cycle by
@@ -253,6 +248,20 @@ func (a *Agent) offer(t *flow.Task) *offered {
 	}
 	o.tools = list
 	return o
+}
+
+// definitions are the tools offered, as the model is told of them.
+func (o *offered) definitions(node *flow.Node) []llms.Tool {
+	var defs []llms.Tool
+	for _, tool := range o.tools {
+		defs = append(defs, llms.Tool{Type: "function", Function: &llms.FunctionDefinition{
+			Name: tool.Name, Description: tool.Description, Parameters: tool.Parameters}})
+	}
+	for _, d := range supervision.Offered(node) {
+		defs = append(defs, llms.Tool{Type: "function", Function: &llms.FunctionDefinition{
+			Name: d.Name, Description: d.Description, Parameters: d.Parameters}})
+	}
+	return defs
 }
 
 // toolChoice is the client's tool_choice for the task's model call, if it

@@ -451,10 +451,8 @@ func (e *Engine) run(run *liveRun, turn *Turn, claim *Claim) {
 		},
 		Sync: run.sync,
 	}
-	info := RunInfo{FlowID: turn.FlowID, InstanceID: turn.InstanceID, RunID: turn.RunID, Resumed: turn.Resume && !turn.Opened}
-	ctx := e.Exec.Observe.runStarted(run.ctx, info)
-	out := e.Exec.run(ctx, turn, sink)
-	ended = e.finish(ctx, run, turn, info, out, claim)
+	ctx := e.Exec.Observe.runStarted(run.ctx, turn.info())
+	ended = e.finish(ctx, run, turn, e.Exec.run(ctx, turn, sink), claim)
 }
 
 // finish settles how a run ended, tells the observer and logs it where
@@ -462,7 +460,7 @@ func (e *Engine) run(run *liveRun, turn *Turn, claim *Claim) {
 // interrupted did not). It is apart from run so that what it needs takes
 // no room on the stack while a run waits on its model: a thousand runs in
 // flight hold a thousand stacks.
-func (e *Engine) finish(ctx context.Context, run *liveRun, turn *Turn, info RunInfo, out Outcome, claim *Claim) bool {
+func (e *Engine) finish(ctx context.Context, run *liveRun, turn *Turn, out Outcome, claim *Claim) bool {
 	lost := false
 	if claim != nil {
 		select {
@@ -476,7 +474,7 @@ func (e *Engine) finish(ctx context.Context, run *liveRun, turn *Turn, info RunI
 	if err := run.flushed(); err != nil && !lost {
 		out = e.lose(run, *turn, err)
 	}
-	e.Exec.Observe.runEnded(ctx, info, out)
+	e.Exec.Observe.runEnded(ctx, turn.info(), out)
 	switch {
 	case out.Status == statusInterrupted && lost:
 		e.runLog(turn).InfoContext(ctx, "run stopped: this replica lost its lease; the replica that holds it now resumes it")
@@ -490,6 +488,11 @@ func (e *Engine) finish(ctx context.Context, run *liveRun, turn *Turn, info RunI
 		e.runLog(turn).WarnContext(ctx, "run failed", attrs...)
 	}
 	return out.Status != statusInterrupted
+}
+
+// info names the turn's run.
+func (t *Turn) info() RunInfo {
+	return RunInfo{FlowID: t.FlowID, InstanceID: t.InstanceID, RunID: t.RunID, Resumed: t.Resume && !t.Opened}
 }
 
 // runLog is the logger of a run's lines: each names the run and its
