@@ -52,10 +52,44 @@ type promptKey struct {
 var _ flow.Agent = (*Agent)(nil)
 
 // Act makes one model call for the task's node and runs the tools it asks for.
-func (a *Agent) Act(ctx context.Context, t *flow.Task, emit func(flow.Event)) (flow.Reply, error) {
+func (a *Agent) Act(ctx context.Context, t *flow.Task, emit func(flow.Event)) (reply flow.Reply, err error) {
+	reply, calls, err := a.ask(ctx, t, emit)
+	if err != nil || calls == nil {
+		return reply, err
+	}
+	// The calls run once ask has returned, so that a tool's frames are not
+	// on top of the model call's on the stack, which the run keeps.
+	if reply.ToolUsage, err = calls.run(ctx); err != nil {
+		return reply, err
+	}
+	if a.Workspaces != nil && len(t.Approved) == 0 {
+		a.endCycle(t, &reply)
+	}
+	return reply, nil
+}
+
+// toolCalls are the tool calls a reply asks for, or those a person
+// answered, to propose to the gate and run.
+type toolCalls struct {
+	calls   []llms.ToolCall
+	propose func(int, llms.ToolCall)
+	gate    *flow.Calls
+}
+
+func (c *toolCalls) run(ctx context.Context) ([]flow.ToolUse, error) {
+	for i, call := range c.calls {
+		c.propose(i, call) // the same call the stream proposed changes nothing
+	}
+	return c.gate.Finish(ctx, len(c.calls))
+}
+
+// ask makes the task's model call, and returns its reply and the tool
+// calls it asks for; the approved ones, with no model call, for a task
+// with calls a person answered.
+func (a *Agent) ask(ctx context.Context, t *flow.Task, emit func(flow.Event)) (reply flow.Reply, _ *toolCalls, err error) {
 	m, err := a.Model(t.Node.Model)
 	if err != nil {
-		return flow.Reply{}, fmt.Errorf("%w: %w", flow.ErrModelUnavailable, err)
+		return flow.Reply{}, nil, fmt.Errorf("%w: %w", flow.ErrModelUnavailable, err)
 	}
 	timeout := a.Timeout
 	if timeout <= 0 {
@@ -73,7 +107,13 @@ func (a *Agent) Act(ctx context.Context, t *flow.Task, emit func(flow.Event)) (f
 		gate.Propose(i, use, info, func(context.Context) flow.Result { return run(toolCtx) })
 	}
 	if len(t.Approved) > 0 {
-		return approved(ctx, t, gate, propose)
+		// A person answered the calls that waited: they run, or are
+		// refused, as answered, with no model call.
+		calls := make([]llms.ToolCall, len(t.Approved))
+		for i, u := range t.Approved {
+			calls[i] = llms.ToolCall{ID: u.ID, Type: "function", FunctionCall: &llms.FunctionCall{Name: u.ToolName, Arguments: string(u.Input)}}
+		}
+		return reply, &toolCalls{calls, propose, gate}, nil
 	}
 	stream := &responseStream{emit: func(delta string) {
 		emit(flow.Event{Name: flow.EventPartial, Data: flow.Partial{StepID: t.StepID, Node: t.Node.Name, AgentID: t.Node.AgentID, Delta: delta}})
@@ -102,36 +142,27 @@ func (a *Agent) Act(ctx context.Context, t *flow.Task, emit func(flow.Event)) (f
 	msgs := messages(t, a.system(t), o.context)
 	callCtx, observed := a.Observe.modelStarted(callCtx, t, m, msgs, start)
 	got, cached, err := a.generate(callCtx, t, m, msgs, offered, opts)
-	reply := flow.Reply{Model: m.Name, Latency: time.Since(start), Cached: cached}
+	reply.Model, reply.Latency, reply.Cached = m.Name, time.Since(start), cached
 	a.Observe.modelEnded(callCtx, observed, got, cached, err, reply.Latency)
 	switch {
 	case ctx.Err() != nil:
 		// Stopped, by a cancel or a judge, before the provider said what
 		// it cost: its tokens are estimated.
 		reply.Usage = estimate(msgs, streamed)
-		return reply, ctx.Err()
+		return reply, nil, ctx.Err()
 	case err != nil && errors.Is(callCtx.Err(), context.DeadlineExceeded):
-		return reply, fmt.Errorf("%w: model %s gave no reply within %s", flow.ErrTimeout, m.Name, timeout)
+		return reply, nil, fmt.Errorf("%w: model %s gave no reply within %s", flow.ErrTimeout, m.Name, timeout)
 	case err != nil:
-		return reply, fmt.Errorf("%w: %s: %w", flow.ErrModelUnavailable, m.Name, err)
+		return reply, nil, fmt.Errorf("%w: %s: %w", flow.ErrModelUnavailable, m.Name, err)
 	}
 	calls := got.read(&reply)
 	if len(calls) == 0 {
 		if strings.TrimSpace(got.Text) == "" {
-			return reply, fmt.Errorf("%w: model %s sent an empty reply", flow.ErrModelOutput, m.Name)
+			return reply, nil, fmt.Errorf("%w: model %s sent an empty reply", flow.ErrModelOutput, m.Name)
 		}
-		return reply, nil
+		return reply, nil, nil
 	}
-	for i, c := range calls {
-		propose(i, c) // the same call the stream proposed changes nothing
-	}
-	if reply.ToolUsage, err = gate.Finish(ctx, len(calls)); err != nil {
-		return reply, err
-	}
-	if a.Workspaces != nil {
-		a.endCycle(t, &reply)
-	}
-	return reply, nil
+	return reply, &toolCalls{calls, propose, gate}, nil
 }
 
 // system is the system prompt of the task's model call: its node's, built
@@ -149,16 +180,6 @@ func (a *Agent) system(t *flow.Task) string {
 		return a.stacked.prompt(key, p.(prompt), t.Stack)
 	}
 	return p.(prompt).plain
-}
-
-// approved runs, or refuses, the calls a person answered, as answered,
-// with no model call.
-func approved(ctx context.Context, t *flow.Task, gate *flow.Calls, propose func(int, llms.ToolCall)) (flow.Reply, error) {
-	for i, u := range t.Approved {
-		propose(i, llms.ToolCall{ID: u.ID, Type: "function", FunctionCall: &llms.FunctionCall{Name: u.ToolName, Arguments: string(u.Input)}})
-	}
-	uses, err := gate.Finish(ctx, len(t.Approved))
-	return flow.Reply{ToolUsage: uses}, err
 }
 
 // OutputFile is the output protocol's file: a worker ends its cycle by

@@ -205,10 +205,10 @@ func (s *Subscription) Idle() bool { return s.run == nil && s.remote == nil }
 // on a new one; the subscription it returns sees the whole run.
 func (e *Engine) Start(ctx context.Context, req Request) (*Subscription, error) {
 	if e.Replicas != nil {
-		return e.dispatch(ctx, req, nil, nil)
+		return e.dispatch(ctx, &req, nil, nil)
 	}
 	var sub *Subscription
-	run, turn, err := e.start(ctx, req, nil, func(run *liveRun) { sub = run.subscribe(nil, 0) })
+	run, turn, err := e.start(ctx, &req, nil, func(run *liveRun) { sub = run.subscribe(nil, 0) })
 	if err != nil {
 		return nil, err
 	}
@@ -226,10 +226,10 @@ func (e *Engine) StartReview(ctx context.Context, instanceID string, review Revi
 		return nil, err
 	}
 	if e.Replicas != nil {
-		return e.dispatch(ctx, Request{FlowID: inst.FlowID, InstanceID: instanceID}, &review, nil)
+		return e.dispatch(ctx, &Request{FlowID: inst.FlowID, InstanceID: instanceID}, &review, nil)
 	}
 	var sub *Subscription
-	run, turn, err := e.start(ctx, Request{FlowID: inst.FlowID, InstanceID: instanceID}, &review, func(run *liveRun) { sub = run.subscribe(nil, 0) })
+	run, turn, err := e.start(ctx, &Request{FlowID: inst.FlowID, InstanceID: instanceID}, &review, func(run *liveRun) { sub = run.subscribe(nil, 0) })
 	if err != nil {
 		return nil, err
 	}
@@ -248,10 +248,10 @@ func (e *Engine) StartReview(ctx context.Context, instanceID string, review Revi
 // back.
 func (e *Engine) Run(ctx context.Context, req Request, watch func(Event)) error {
 	if e.Replicas != nil {
-		_, err := e.dispatch(ctx, req, nil, watch)
+		_, err := e.dispatch(ctx, &req, nil, watch)
 		return err
 	}
-	run, turn, err := e.start(ctx, req, nil, func(run *liveRun) { run.watch = watch })
+	run, turn, err := e.start(ctx, &req, nil, func(run *liveRun) { run.watch = watch })
 	if err != nil {
 		return err
 	}
@@ -261,7 +261,7 @@ func (e *Engine) Run(ctx context.Context, req Request, watch func(Event)) error 
 
 // start reserves the instance and lets attach hook a reader onto the run
 // before its first event; the caller runs it.
-func (e *Engine) start(ctx context.Context, req Request, review *Review, attach func(*liveRun)) (*liveRun, *Turn, error) {
+func (e *Engine) start(ctx context.Context, req *Request, review *Review, attach func(*liveRun)) (*liveRun, *Turn, error) {
 	f := e.Flows[req.FlowID]
 	if f == nil {
 		return nil, nil, fmt.Errorf("flow %q: %w", req.FlowID, ErrNotFound)
@@ -322,7 +322,7 @@ func (e *Engine) start(ctx context.Context, req Request, review *Review, attach 
 		}
 		st = Replay(events)
 	}
-	if err := e.goOn(ctx, &turn, instanceID, st, req, review); err != nil {
+	if err := e.goOn(ctx, &turn, instanceID, st, *req, review); err != nil {
 		e.release(instanceID)
 		e.wg.Done()
 		return nil, nil, err
@@ -452,7 +452,8 @@ func (e *Engine) run(run *liveRun, turn *Turn, claim *Claim) {
 		Sync: run.sync,
 	}
 	ctx := e.Exec.Observe.runStarted(run.ctx, turn.info())
-	ended = e.finish(ctx, run, turn, e.Exec.run(ctx, turn, sink), claim)
+	r := e.Exec.newRunner(turn, sink)
+	ended = e.finish(ctx, run, turn, r.end(r.run(ctx)), claim)
 }
 
 // finish settles how a run ended, tells the observer and logs it where
@@ -767,17 +768,21 @@ func (e *Engine) publish(id string, run *liveRun, evs []Event, settle bool) erro
 	queued := time.Now() // with its monotonic reading, for the observer
 	now := queued.UTC()
 	first := run.seq + 1
-	stored := make([]Event, 0, len(evs))
+	var stored []Event // none for a partial output, the most frequent event
 	for i := range evs {
 		run.seq++
 		evs[i].ID, evs[i].Time = run.seq, now
-		if evs[i].Name != EventPartial {
-			stored = append(stored, evs[i])
+		if evs[i].Name == EventPartial {
+			continue
 		}
+		if stored == nil {
+			stored = make([]Event, 0, len(evs))
+		}
+		stored = append(stored, evs[i])
 	}
 	last, ready := run.seq, len(stored) == 0
-	for _, ev := range evs {
-		run.pending = append(run.pending, pendingEvent{ev: ev, ready: ready})
+	for i := range evs {
+		run.pending = append(run.pending, pendingEvent{ev: evs[i], ready: ready})
 	}
 	err := run.err
 	if ready {
@@ -913,6 +918,11 @@ func (run *liveRun) forgetRead() {
 	}
 }
 
+// wakeAll wakes the run's subscribers. It is not inlined, so that the
+// room its walk over them takes is not on the way of every event to a
+// watcher.
+//
+//go:noinline
 func (run *liveRun) wakeAll() {
 	for s := range run.subs {
 		select {

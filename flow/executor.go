@@ -186,17 +186,13 @@ type Sink struct {
 // cannot be recorded must not be acted on. A run stopped by the engine's
 // shutdown ends without done, so that it resumes at the next start.
 func (x *Executor) Run(ctx context.Context, t Turn, sink Sink) Outcome {
-	return x.run(ctx, &t, sink)
+	r := x.newRunner(&t, sink)
+	return r.end(r.run(ctx))
 }
 
-// run is Run on a turn the caller lets the run keep and change.
-func (x *Executor) run(ctx context.Context, t *Turn, sink Sink) Outcome {
-	r := x.newRunner(t, sink)
-	return r.end(r.protected(ctx))
-}
-
-// newRunner sets a run of t up. It is apart from run so that what it needs
-// takes no room on the stack while a run waits on its model.
+// newRunner sets a run of t up, which it keeps and may change. It is apart
+// from running it so that what it needs takes no room on the stack while
+// a run waits on its model.
 func (x *Executor) newRunner(t *Turn, sink Sink) *runner {
 	// Room for a typical turn's steps, so appending rarely copies the log;
 	// the run keeps the log before it once, in steps.
@@ -261,16 +257,6 @@ func (r *runner) end(out Outcome) Outcome {
 	}
 	out.Response = r.response
 	return out
-}
-
-// protected runs the turn; a panic in it ends the run failed, not the process.
-func (r *runner) protected(ctx context.Context) (out Outcome) {
-	defer func() {
-		if p := recover(); p != nil {
-			out = Outcome{Status: StatusFailed, Err: &panicked{fmt.Sprintf("panic in node %s: %v", r.cur, p), debug.Stack()}}
-		}
-	}()
-	return r.run(ctx)
 }
 
 // panicked is a panic in a run: the error event says what it was, and the
@@ -421,10 +407,16 @@ func (r *runner) withhold(group []Event, judge string, sent map[string]bool) []E
 	return group
 }
 
-func (r *runner) run(ctx context.Context) Outcome {
-	cur, out, end := r.begin()
+// run runs the turn; a panic in it ends the run failed, not the process.
+func (r *runner) run(ctx context.Context) (ended Outcome) {
+	defer func() {
+		if p := recover(); p != nil {
+			ended = Outcome{Status: StatusFailed, Err: &panicked{fmt.Sprintf("panic in node %s: %v", r.cur, p), debug.Stack()}}
+		}
+	}()
+	cur, first, end := r.begin()
 	if end {
-		return out
+		return first
 	}
 	g := &r.t.Def.Graph
 	for hops := 0; ; {
@@ -958,9 +950,8 @@ func (r *runner) act(ctx context.Context, node *Node, step *Step) (by *Node, err
 		delete(r.verdicts, node.Name)
 		return node, r.stepOf(node, task, v, nil, step)
 	}
-	a := r.acting(ctx, node, task)
-	reply, err := r.x.Agent.Act(a.ctx, task, a.out)
-	return a.acted(&reply, err, step)
+	a := r.acting(ctx, node, task, step)
+	return a.acted(r.x.Agent.Act(a.ctx, task, a.out))
 }
 
 // started sends node's node_start and gathers its task.
@@ -982,6 +973,7 @@ type acting struct {
 	r    *runner
 	node *Node
 	task *Task
+	step *Step           // where the step goes
 	ctx  context.Context // the agent's call's
 	out  func(Event)     // what the agent emits
 	// holding: what the agent emits is held (a judge's tool calls may
@@ -995,10 +987,18 @@ type acting struct {
 	chunker          *chunker
 }
 
-func (r *runner) acting(ctx context.Context, node *Node, task *Task) *acting {
-	a := &acting{r: r, node: node, task: task, ctx: ctx, holding: node.Judged() || node.Type == Superego && len(r.held) > 0,
+func (r *runner) acting(ctx context.Context, node *Node, task *Task, step *Step) *acting {
+	a := &acting{r: r, node: node, task: task, step: step, ctx: ctx, holding: node.Judged() || node.Type == Superego && len(r.held) > 0,
 		judging: node.ToolJudge != "" || node.ResultJudge != ""}
-	a.out = a.emit
+	a.out = func(e Event) { // not a method value: its wrapper's frame would be on the way of every event
+		if a.judging && e.Name == EventPartial {
+			a.partials = append(a.partials, e)
+			return
+		}
+		if err := a.send(e); a.failed == nil {
+			a.failed = err
+		}
+	}
 	if node.judge != "" {
 		a.chunker = r.newChunker(ctx, node, task)
 		a.ctx, a.out = a.chunker.ctx, a.chunker.wrap(a.out)
@@ -1015,19 +1015,9 @@ func (a *acting) send(e Event) error {
 	return a.r.emit(e)
 }
 
-func (a *acting) emit(e Event) {
-	if a.judging && e.Name == EventPartial {
-		a.partials = append(a.partials, e)
-		return
-	}
-	if err := a.send(e); a.failed == nil {
-		a.failed = err
-	}
-}
-
-// acted makes the step, into step, from the agent's reply and err.
-func (a *acting) acted(reply *Reply, err error, step *Step) (by *Node, _ error) {
-	r, node, c := a.r, a.node, a.chunker
+// acted makes the step from the agent's reply and err.
+func (a *acting) acted(reply Reply, err error) (by *Node, _ error) {
+	r, node, c, step := a.r, a.node, a.chunker, a.step
 	lost := a.calls.spent()
 	r.usage.PromptTokens += lost.PromptTokens
 	r.usage.CompletionTokens += lost.CompletionTokens
@@ -1036,12 +1026,12 @@ func (a *acting) acted(reply *Reply, err error, step *Step) (by *Node, _ error) 
 		return r.t.Def.Graph.Nodes[a.calls.ended.Node], nil
 	}
 	if c != nil {
-		*reply, err = c.finish(*reply, err)
+		reply, err = c.finish(reply, err)
 	}
 	if err == nil {
 		err = a.failed
 	}
-	err = r.stepOf(node, a.task, reply, err, step)
+	err = r.stepOf(node, a.task, &reply, err, step)
 	if err != nil && reply.Usage != nil { // a call that made no step: its tokens were spent all the same
 		r.usage.PromptTokens += reply.Usage.PromptTokens
 		r.usage.CompletionTokens += reply.Usage.CompletionTokens

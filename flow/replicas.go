@@ -52,7 +52,7 @@ type Claim struct {
 // together; run here when this engine has room, else by the first replica
 // that has. watch, where set, sees the run's events on this goroutine, as
 // Run's caller wants; otherwise a subscription does.
-func (e *Engine) dispatch(ctx context.Context, req Request, review *Review, watch func(Event)) (*Subscription, error) {
+func (e *Engine) dispatch(ctx context.Context, req *Request, review *Review, watch func(Event)) (*Subscription, error) {
 	f := e.Flows[req.FlowID]
 	if f == nil {
 		return nil, fmt.Errorf("flow %q: %w", req.FlowID, ErrNotFound)
@@ -83,7 +83,7 @@ func (e *Engine) dispatch(ctx context.Context, req Request, review *Review, watc
 	if st.Status == StatusRunning {
 		return nil, fmt.Errorf("instance %s: %w", d.InstanceID, ErrBusy)
 	}
-	if err := e.goOn(ctx, &turn, d.InstanceID, st, req, review); err != nil {
+	if err := e.goOn(ctx, &turn, d.InstanceID, st, *req, review); err != nil {
 		return nil, err
 	}
 	for i, s := range req.Prior {

@@ -117,8 +117,18 @@ type client struct {
 }
 
 func (c *client) read(ev flow.Event) error {
-	s, ok := ev.Data.(flow.Step)
-	if !ok || s.Role == flow.RoleUser {
+	if ev.Name != flow.EventCompleteStep {
+		return nil
+	}
+	return c.step(ev.Data)
+}
+
+// step reads a step. It is apart from read, so that a client that reads
+// a partial output, or any other event, does not make room for a step on
+// the stack of the run that delivers it.
+func (c *client) step(data any) error {
+	s := data.(flow.Step)
+	if s.Role == flow.RoleUser {
 		return nil
 	}
 	b, err := json.Marshal(s)
