@@ -962,7 +962,9 @@ func (e *Engine) Subscribe(ctx context.Context, id string, after int64) (*Subscr
 	}
 	if run != nil {
 		run.mu.Lock()
-		if !run.ended {
+		// A run that has delivered its done has stored all it will: what
+		// is after it is read from the store, as of a run that has ended.
+		if !run.ended && !run.finished.Load() {
 			sub := run.subscribe(nil, after)
 			sub.Instance = id
 			run.mu.Unlock()

@@ -232,6 +232,36 @@ func TestALiveRunKeepsOnlyWhatItsReadersHaveNotRead(t *testing.T) {
 	}
 }
 
+// A client that has read a run's done, and follows the instance again
+// from there, is told at once that nothing more comes, though the run has
+// not let go of the instance yet: EventSource stops on that.
+func TestFollowingARunAfterItsDoneReadsTheStore(t *testing.T) {
+	ctx := context.Background()
+	proceed := make(chan struct{})
+	e := newEngine(t, agentFunc(func(*flow.Task) (flow.Reply, error) { return reply("ACCEPT", ""), nil }), 0)
+	e.Exec.Observe = &flow.Observer{RunEnded: func(context.Context, flow.RunInfo, string, string) { <-proceed }}
+	sub, err := e.Start(ctx, flow.Request{FlowID: "one", Input: "hi"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var last flow.Event
+	for ev := range sub.Events(ctx) {
+		if last = ev; ev.Name == flow.EventDone {
+			break
+		}
+	}
+	again, err := e.Subscribe(ctx, sub.Instance, last.ID)
+	close(proceed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !again.Idle() || len(again.Backlog) != 0 {
+		t.Errorf("following after done: idle %v, %d events", again.Idle(), len(again.Backlog))
+	}
+	again.Close()
+	sub.Close()
+}
+
 type floodAgent struct {
 	agentFunc
 	n    int
