@@ -53,28 +53,55 @@ type promptKey struct {
 var _ flow.Agent = (*Agent)(nil)
 
 // Act makes one model call for the task's node and runs the tools it asks for.
-func (a *Agent) Act(ctx context.Context, t *flow.Task, emit func(flow.Event)) (flow.Reply, error) {
+func (a *Agent) Act(ctx context.Context, t *flow.Task, emit func(flow.Event)) (reply flow.Reply, err error) {
+	reply, calls, err := a.ask(ctx, t, emit)
+	if err != nil || calls == nil {
+		return reply, err
+	}
+	// The calls run once ask has returned, so that a tool's frames are not
+	// on top of the model call's on the stack, which the run keeps.
+	if reply.ToolUsage, err = calls.run(ctx); err != nil {
+		return reply, err
+	}
+	if a.Workspaces != nil && len(t.Approved) == 0 {
+		a.endCycle(t, &reply)
+	}
+	return reply, nil
+}
+
+// toolCalls are the tool calls a reply asks for, or those a person
+// answered, to propose to the gate and run.
+type toolCalls struct {
+	calls   []llms.ToolCall
+	propose func(int, llms.ToolCall)
+	gate    *flow.Calls
+}
+
+func (c *toolCalls) run(ctx context.Context) ([]flow.ToolUse, error) {
+	for i, call := range c.calls {
+		c.propose(i, call) // the same call the stream proposed changes nothing
+	}
+	return c.gate.Finish(ctx, len(c.calls))
+}
+
+// ask makes the task's model call, and returns its reply and the tool
+// calls it asks for; the approved ones, with no model call, for a task
+// with calls a person answered.
+func (a *Agent) ask(ctx context.Context, t *flow.Task, emit func(flow.Event)) (reply flow.Reply, _ *toolCalls, err error) {
 	m, err := a.Model(t.Node.Model)
 	if err != nil {
-		return flow.Reply{}, fmt.Errorf("%w: %w", flow.ErrModelUnavailable, err)
+		return flow.Reply{}, nil, fmt.Errorf("%w: %w", flow.ErrModelUnavailable, err)
 	}
 	timeout := a.Timeout
 	if timeout <= 0 {
 		timeout = 2 * time.Minute
 	}
 	if relays(t, m) {
-		return a.relay(ctx, t, m, emit, timeout)
+		reply, err := a.relay(ctx, t, m, emit, timeout)
+		return reply, nil, err
 	}
 	o := a.offer(t)
-	var offered []llms.Tool
-	for _, tool := range o.tools {
-		offered = append(offered, llms.Tool{Type: "function", Function: &llms.FunctionDefinition{
-			Name: tool.Name, Description: tool.Description, Parameters: tool.Parameters}})
-	}
-	for _, d := range supervision.Offered(t.Node) {
-		offered = append(offered, llms.Tool{Type: "function", Function: &llms.FunctionDefinition{
-			Name: d.Name, Description: d.Description, Parameters: d.Parameters}})
-	}
+	offered := o.definitions(t.Node)
 	gate := t.Calls
 	if gate == nil {
 		gate = flow.Ungated(emit)
@@ -87,11 +114,11 @@ func (a *Agent) Act(ctx context.Context, t *flow.Task, emit func(flow.Event)) (f
 	if len(t.Approved) > 0 {
 		// A person answered the calls that waited: they run, or are
 		// refused, as answered, with no model call.
+		calls := make([]llms.ToolCall, len(t.Approved))
 		for i, u := range t.Approved {
-			propose(i, llms.ToolCall{ID: u.ID, Type: "function", FunctionCall: &llms.FunctionCall{Name: u.ToolName, Arguments: string(u.Input)}})
+			calls[i] = llms.ToolCall{ID: u.ID, Type: "function", FunctionCall: &llms.FunctionCall{Name: u.ToolName, Arguments: string(u.Input)}}
 		}
-		uses, err := gate.Finish(ctx, len(t.Approved))
-		return flow.Reply{ToolUsage: uses}, err
+		return reply, &toolCalls{calls, propose, gate}, nil
 	}
 	stream := &responseStream{emit: func(delta string) {
 		emit(flow.Event{Name: flow.EventPartial, Data: flow.Partial{StepID: t.StepID, Node: t.Node.Name, AgentID: t.Node.AgentID, Delta: delta}})
@@ -117,6 +144,36 @@ func (a *Agent) Act(ctx context.Context, t *flow.Task, emit func(flow.Event)) (f
 	callCtx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	start := time.Now()
+	msgs := messages(t, a.system(t), o.context)
+	callCtx, observed := a.Observe.modelStarted(callCtx, t, m, msgs, start)
+	got, cached, shared, err := a.generate(callCtx, t, m, msgs, offered, opts)
+	reply.Model, reply.ServedModel, reply.Parameters = m.Name, got.ServedModel, got.Parameters
+	reply.Latency, reply.Cached, reply.Shared = time.Since(start), cached, shared
+	a.Observe.modelEnded(callCtx, observed, got, cached, err, reply.Latency)
+	switch {
+	case ctx.Err() != nil:
+		// Stopped, by a cancel or a judge, before the provider said what
+		// it cost: its tokens are estimated.
+		reply.Usage = estimate(msgs, streamed)
+		return reply, nil, ctx.Err()
+	case err != nil && errors.Is(callCtx.Err(), context.DeadlineExceeded):
+		return reply, nil, fmt.Errorf("%w: model %s gave no reply within %s", flow.ErrTimeout, m.Name, timeout)
+	case err != nil:
+		return reply, nil, fmt.Errorf("%w: %s: %w", flow.ErrModelUnavailable, m.Name, err)
+	}
+	calls := got.read(&reply)
+	if len(calls) == 0 {
+		if strings.TrimSpace(got.Text) == "" {
+			return reply, nil, fmt.Errorf("%w: model %s sent an empty reply", flow.ErrModelOutput, m.Name)
+		}
+		return reply, nil, nil
+	}
+	return reply, &toolCalls{calls, propose, gate}, nil
+}
+
+// system is the system prompt of the task's model call: its node's, built
+// once, under the task's stack if it has one.
+func (a *Agent) system(t *flow.Task) string {
 	key := promptKey{node: t.Node}
 	if t.Action != nil {
 		key.kind = t.Action.Kind // a judge of actions has a prompt for calls and one for results
@@ -125,49 +182,10 @@ func (a *Agent) Act(ctx context.Context, t *flow.Task, emit func(flow.Event)) (f
 	if !ok {
 		p, _ = a.prompts.LoadOrStore(key, promptOf(t))
 	}
-	system := p.(prompt).plain
 	if len(t.Stack) > 0 && t.Node.Type == flow.Superego {
-		system = a.stacked.prompt(key, p.(prompt), t.Stack)
+		return a.stacked.prompt(key, p.(prompt), t.Stack)
 	}
-	msgs := messages(t, system, o.context)
-	callCtx, observed := a.Observe.modelStarted(callCtx, t, m, msgs, start)
-	got, cached, shared, err := a.generate(callCtx, t, m, msgs, offered, opts)
-	reply := flow.Reply{Model: m.Name, ServedModel: got.ServedModel, Parameters: got.Parameters, Latency: time.Since(start), Cached: cached, Shared: shared}
-	a.Observe.modelEnded(callCtx, observed, got, cached, err, reply.Latency)
-	switch {
-	case ctx.Err() != nil:
-		// Stopped, by a cancel or a judge, before the provider said what
-		// it cost: its tokens are estimated.
-		reply.Usage = estimate(msgs, streamed)
-		return reply, ctx.Err()
-	case err != nil && errors.Is(callCtx.Err(), context.DeadlineExceeded):
-		return reply, fmt.Errorf("%w: model %s gave no reply within %s", flow.ErrTimeout, m.Name, timeout)
-	case err != nil:
-		return reply, fmt.Errorf("%w: %s: %w", flow.ErrModelUnavailable, m.Name, err)
-	}
-	reply.Usage = got.Usage
-	calls := make([]llms.ToolCall, len(got.Calls))
-	for i, c := range got.Calls {
-		calls[i] = c.call()
-	}
-	f := readReply(got.Text)
-	reply.Thinking, reply.Decision, reply.AgentGuidance, reply.Response, reply.Basis = f.Thinking, f.Decision, f.AgentGuidance, f.Response, f.Basis
-	if len(calls) == 0 {
-		if strings.TrimSpace(got.Text) == "" {
-			return reply, fmt.Errorf("%w: model %s sent an empty reply", flow.ErrModelOutput, m.Name)
-		}
-		return reply, nil
-	}
-	for i, c := range calls {
-		propose(i, c) // the same call the stream proposed changes nothing
-	}
-	if reply.ToolUsage, err = gate.Finish(ctx, len(calls)); err != nil {
-		return reply, err
-	}
-	if a.Workspaces != nil {
-		a.endCycle(t, &reply)
-	}
-	return reply, nil
+	return p.(prompt).plain
 }
 
 // OutputFile is the output protocol's file: a worker ends its cycle by
@@ -257,6 +275,20 @@ func (a *Agent) offer(t *flow.Task) *offered {
 	}
 	o.tools = list
 	return o
+}
+
+// definitions are the tools offered, as the model is told of them.
+func (o *offered) definitions(node *flow.Node) []llms.Tool {
+	var defs []llms.Tool
+	for _, tool := range o.tools {
+		defs = append(defs, llms.Tool{Type: "function", Function: &llms.FunctionDefinition{
+			Name: tool.Name, Description: tool.Description, Parameters: tool.Parameters}})
+	}
+	for _, d := range supervision.Offered(node) {
+		defs = append(defs, llms.Tool{Type: "function", Function: &llms.FunctionDefinition{
+			Name: d.Name, Description: d.Description, Parameters: d.Parameters}})
+	}
+	return defs
 }
 
 // toolChoice is the client's tool_choice for the task's model call, if it

@@ -33,6 +33,19 @@ type cachedReply struct {
 	Parameters  *flow.Parameters `json:"parameters,omitempty"`
 }
 
+// read puts what the model answered into reply, and returns the tool
+// calls it asks for.
+func (c cachedReply) read(reply *flow.Reply) []llms.ToolCall {
+	reply.Usage = c.Usage
+	calls := make([]llms.ToolCall, len(c.Calls))
+	for i, call := range c.Calls {
+		calls[i] = call.call()
+	}
+	f := readReply(c.Text)
+	reply.Thinking, reply.Decision, reply.AgentGuidance, reply.Response, reply.Basis = f.Thinking, f.Decision, f.AgentGuidance, f.Response, f.Basis
+	return calls
+}
+
 // cachedCall is a tool call of a reply. langchaingo's own JSON for a tool
 // call does not read back what it writes.
 type cachedCall struct {

@@ -28,6 +28,7 @@ const (
 func (s *Server) stream(w http.ResponseWriter, r *http.Request, sub *flow.Subscription) error {
 	defer sub.Close()
 	defer s.streaming()()
+	defer s.frames.follow(sub.Instance)()
 	es := s.eventStream(w)
 	if err := es.open(); err != nil { // headers leave now, before the first model call
 		return nil
@@ -164,15 +165,18 @@ func (s *Server) streamSlot() (release func(), err error) {
 	}, nil
 }
 
-// frameCache keeps the SSE frames of large events, encoded once and shared
-// by every stream that sends them: a stalled reader holds a reference to
-// the one copy, not a copy of its own. It holds at most maxCached bytes;
-// past that, the oldest frames go first.
+// frameCache keeps SSE frames encoded once and shared by every stream that
+// sends them: those of large events, for as long as it can, so that a
+// stalled reader holds a reference to the one copy, not a copy of its own;
+// and, while more than one stream follows an instance, every frame of it
+// but a token's. It holds at most maxCached bytes; past that, the oldest
+// frames go first.
 type frameCache struct {
-	mu    sync.Mutex
-	byKey map[frameKey][]byte
-	order []frameKey
-	size  int
+	mu        sync.Mutex
+	byKey     map[frameKey]*frame
+	order     []frameKey
+	size      int
+	followers map[string]int // the streams open on each instance
 }
 
 type frameKey struct {
@@ -180,45 +184,108 @@ type frameKey struct {
 	id       int64
 }
 
+// frame is a cached frame: encoded once, by the first stream to ask, and
+// waited for by those that ask meanwhile.
+type frame struct {
+	once  sync.Once
+	bytes []byte
+	err   error
+}
+
 const (
-	minCached = 16 << 10 // smaller frames cost less to encode again than to keep
+	minCached = 16 << 10 // smaller frames cost less to encode again than to keep, unless they are shared
 	maxCached = 64 << 20
 )
 
-// get returns ev's frame: "id: …\nevent: …\ndata: …\n\n".
-func (c *frameCache) get(instance string, ev flow.Event) ([]byte, error) {
-	key := frameKey{instance, ev.ID}
-	cached := ev.Name != flow.EventPartial // a token's frame is small, and is never kept
-	if cached {
-		c.mu.Lock()
-		frame, ok := c.byKey[key]
-		c.mu.Unlock()
-		if ok {
-			return frame, nil
-		}
-	}
-	frame, err := sseFrame(strconv.FormatInt(ev.ID, 10), ev.Name, ev.Data)
-	if err != nil {
-		return nil, err
-	}
-	if len(frame) < minCached || !cached {
-		return frame, nil
-	}
+// follow counts a stream of the instance until the function it returns is
+// called; the frames of an instance no other stream follows any more are
+// dropped, but large ones.
+func (c *frameCache) follow(instance string) (unfollow func()) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if shared, ok := c.byKey[key]; ok {
-		return shared, nil // another stream encoded it meanwhile
+	if c.followers == nil {
+		c.followers = map[string]int{}
 	}
+	c.followers[instance]++
+	return func() {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		if c.followers[instance]--; c.followers[instance] > 1 {
+			return
+		}
+		if c.followers[instance] == 0 {
+			delete(c.followers, instance)
+		}
+		kept := c.order[:0]
+		for _, k := range c.order {
+			if f := c.byKey[k]; k.instance == instance && len(f.bytes) < minCached {
+				c.size -= len(f.bytes)
+				delete(c.byKey, k)
+				continue
+			}
+			kept = append(kept, k)
+		}
+		clear(c.order[len(kept):])
+		c.order = kept
+	}
+}
+
+// get returns ev's frame: "id: …\nevent: …\ndata: …\n\n".
+func (c *frameCache) get(instance string, ev flow.Event) ([]byte, error) {
+	encode := func() ([]byte, error) { return sseFrame(strconv.FormatInt(ev.ID, 10), ev.Name, ev.Data) }
+	if ev.Name == flow.EventPartial {
+		return encode() // a token's frame is small, and is never kept
+	}
+	key := frameKey{instance, ev.ID}
+	c.mu.Lock()
+	f := c.byKey[key]
+	if f == nil && c.followers[instance] > 1 {
+		f = c.keep(key) // the other streams wait for this one's encoding
+	}
+	c.mu.Unlock()
+	if f == nil {
+		b, err := encode()
+		if err != nil || len(b) < minCached {
+			return b, err
+		}
+		c.mu.Lock()
+		if f = c.byKey[key]; f == nil { // no other stream encoded it meanwhile
+			f = c.keep(key)
+			f.once.Do(func() { f.bytes = b })
+			c.grew(len(b))
+		}
+		c.mu.Unlock()
+	}
+	f.once.Do(func() {
+		b, err := encode()
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		if f.bytes, f.err = b, err; c.byKey[key] == f { // not dropped meanwhile
+			c.grew(len(b))
+		}
+	})
+	return f.bytes, f.err
+}
+
+// keep makes key's entry. c.mu is held.
+func (c *frameCache) keep(key frameKey) *frame {
 	if c.byKey == nil {
-		c.byKey = map[frameKey][]byte{}
+		c.byKey = map[frameKey]*frame{}
 	}
-	c.byKey[key], c.order, c.size = frame, append(c.order, key), c.size+len(frame)
+	f := &frame{}
+	c.byKey[key], c.order = f, append(c.order, key)
+	return f
+}
+
+// grew counts n more bytes kept, and lets the oldest frames go past
+// maxCached. c.mu is held.
+func (c *frameCache) grew(n int) {
+	c.size += n
 	for c.size > maxCached && len(c.order) > 1 {
-		c.size -= len(c.byKey[c.order[0]])
+		c.size -= len(c.byKey[c.order[0]].bytes)
 		delete(c.byKey, c.order[0])
 		c.order = c.order[1:]
 	}
-	return frame, nil
 }
 
 // runResult is the Accept: application/json answer of POST /flow/execute.

@@ -598,7 +598,7 @@ func (r *runner) finishInterrupted() error {
 	s.NextAgent = &next
 	r.iters[node.Name]++
 	r.nsteps++
-	return r.appendStep(s, node)
+	return r.appendStep(&s, node)
 }
 
 // waiting is a tool call that waits for a person's review, and its node.
@@ -611,7 +611,8 @@ type waiting struct {
 // and have no answer yet.
 func awaitingCalls(turn []Step) []waiting {
 	var out []waiting
-	for _, s := range turn {
+	for i := range turn {
+		s := &turn[i]
 		for _, u := range s.ToolUsage {
 			if u.Awaiting && s.AgentID != Reviewer {
 				out = append(out, waiting{s.Node, u})
@@ -706,7 +707,8 @@ func Reviews(steps []Step) []PendingReview {
 // have not come back.
 func waitingResults(turn []Step) []waiting {
 	var out []waiting
-	for j, s := range turn {
+	for j := range turn {
+		s := &turn[j]
 		for _, u := range usageOf(s) {
 			if u.AwaitingResult && !settledLater(turn[j+1:], u.ID) {
 				out = append(out, waiting{s.Node, u})
@@ -719,15 +721,18 @@ func waitingResults(turn []Step) []waiting {
 // settledLater reports whether a later step records the call as run,
 // refused or answered.
 func settledLater(later []Step, id string) bool {
-	return slices.ContainsFunc(later, func(s Step) bool {
-		return slices.ContainsFunc(usageOf(s), func(u ToolUse) bool { return u.ID == id && !u.AwaitingResult })
-	})
+	for i := range later {
+		if slices.ContainsFunc(usageOf(&later[i]), func(u ToolUse) bool { return u.ID == id && !u.AwaitingResult }) {
+			return true
+		}
+	}
+	return false
 }
 
 // usageOf is a step's tool usage as the agent made it: a step withheld when
 // its turn paused for the client (§4a) shows only the calls sent to the
 // client, and keeps the results that came back, and the refusals, apart.
-func usageOf(s Step) []ToolUse {
+func usageOf(s *Step) []ToolUse {
 	if s.Withheld != "" {
 		return s.WithheldToolUsage
 	}
@@ -776,7 +781,7 @@ func (r *runner) notRun(turn []Step, why string) (Step, bool) {
 // answered "not run: " and the reason, and the run ends cancelled.
 func (r *runner) abandon(reason string) Outcome {
 	if s, ok := r.notRun(r.steps[r.turn+1:], reason); ok {
-		if err := r.appendStep(s, r.t.Def.Graph.Nodes[s.Node]); err != nil {
+		if err := r.appendStep(&s, r.t.Def.Graph.Nodes[s.Node]); err != nil {
 			return Outcome{Status: StatusFailed, Err: err}
 		}
 	}
@@ -845,7 +850,7 @@ func judgementsOf(u ToolUse) [2]judgementOf {
 // where its decision, a BLOCK that leads nowhere, ends the run: the step
 // to end it with, not recorded yet.
 func (r *runner) rejudge(ctx context.Context, node *Node, rec Step) (step Step, changed bool, ended *Step, err error) {
-	task := r.task(r.steps, r.heldSteps(), node)
+	task := r.task(r.steps, r.held, node)
 	send := func(e Event) error {
 		if node.Judged() {
 			return r.hold(e)

@@ -3,6 +3,10 @@ package flow_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
+	"log/slog"
+	"runtime"
+	"sync"
 	"testing"
 
 	"superego/flow"
@@ -58,4 +62,112 @@ func BenchmarkEngine(b *testing.B) {
 			}
 		}
 	}
+}
+
+// BenchmarkRunsInFlight is what a run holds while it waits on its model:
+// a thousand runs of the guarded calculator at once, each held in its
+// output judge's call, and the heap (after a collection) and goroutine
+// stacks they hold, per run. The runs are on new instances, watched as
+// Engine.Run's callers watch them; on instances with a conversation of
+// forty steps before; or followed by a subscriber that keeps up.
+//
+//	go test -run '^$' -bench RunsInFlight -benchtime 1x -count 5 ./flow
+func BenchmarkRunsInFlight(b *testing.B) {
+	const n = 1000
+	for _, c := range []struct {
+		name       string
+		prior      int
+		subscribed bool
+	}{{"new", 0, false}, {"conversation", 40, false}, {"subscribed", 0, true}} {
+		b.Run(c.name, func(b *testing.B) {
+			var heap, stacks float64
+			for range b.N {
+				h, s := inFlight(b, n, c.prior, c.subscribed)
+				heap, stacks = heap+h, stacks+s
+			}
+			b.ReportMetric(heap/float64(b.N), "heap-B/run")
+			b.ReportMetric(stacks/float64(b.N), "stack-B/run")
+		})
+	}
+}
+
+// holdingAgent answers as the guarded calculator's nodes do, and holds
+// the output judge's calls until release is closed.
+type holdingAgent struct {
+	waiting sync.WaitGroup
+	release chan struct{}
+}
+
+func (h *holdingAgent) Act(ctx context.Context, t *flow.Task, emit func(flow.Event)) (flow.Reply, error) {
+	switch {
+	case t.Node.Name == "in":
+		return reply("CAUTION", "ok"), nil
+	case t.Node.Name == "work" && len(t.ToolRounds) == 0:
+		return toolReply, nil
+	case t.Node.Name == "work":
+		return reply("COMPLETE", "5*10 = 50"), nil
+	}
+	if h.release != nil {
+		h.waiting.Done()
+		select {
+		case <-h.release:
+		case <-ctx.Done():
+			return flow.Reply{}, ctx.Err()
+		}
+	}
+	return reply("ACCEPT", ""), nil
+}
+
+// inFlight starts n runs, each on an instance with a conversation of
+// prior steps before it, waits until all are held, and returns the heap
+// and stack bytes they hold, per run.
+func inFlight(b *testing.B, n, prior int, subscribed bool) (heap, stacks float64) {
+	ctx := context.Background()
+	agent := &holdingAgent{}
+	e := &flow.Engine{Flows: map[string]*flow.Flow{"g": {ID: "g", Def: mustParse(b, guarded)}}, Exec: &flow.Executor{Agent: agent},
+		Store: &flow.MemStore{}, MaxRuns: n, Log: slog.New(slog.DiscardHandler)}
+	ids := make([]string, n)
+	if prior > 0 {
+		said := make([]flow.Step, prior)
+		for i := range said {
+			said[i] = flow.Step{Role: []string{flow.RoleUser, flow.RoleAssistant}[i%2], Response: fmt.Sprintf("message %d of the conversation", i)}
+		}
+		for i := range ids {
+			sub, err := e.Start(ctx, flow.Request{FlowID: "g", Input: "What is 5*10?", Prior: said})
+			if err != nil {
+				b.Fatal(err)
+			}
+			ids[i] = sub.Instance
+			drain(sub)
+		}
+	}
+	agent.release = make(chan struct{})
+	agent.waiting.Add(n)
+	var before, held runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	var done sync.WaitGroup
+	for _, id := range ids {
+		req := flow.Request{FlowID: "g", InstanceID: id, Input: "What is 5*10?"}
+		done.Go(func() {
+			if !subscribed {
+				if err := e.Run(ctx, req, func(flow.Event) {}); err != nil {
+					b.Error(err)
+				}
+				return
+			}
+			sub, err := e.Start(ctx, req)
+			if err != nil {
+				b.Error(err)
+				return
+			}
+			drain(sub)
+		})
+	}
+	agent.waiting.Wait()
+	runtime.GC()
+	runtime.ReadMemStats(&held)
+	close(agent.release)
+	done.Wait()
+	return float64(held.HeapAlloc-before.HeapAlloc) / float64(n), float64(held.StackInuse-before.StackInuse) / float64(n)
 }

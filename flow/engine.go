@@ -73,12 +73,13 @@ type liveRun struct {
 	nolog   bool           // its instance's creation failed: it has no log to end
 	drained sync.Cond      // pending became empty, or a held write ended
 	holding int            // held events whose writes are not done
-	log     []Event        // delivered events, kept while the run has subscribers to read them
+	log     []Event        // delivered events its subscribers have yet to read (forgetRead)
 	ended   bool           // log is complete
 	subs    map[*Subscription]struct{}
 	watch   func(Event) // Run's watcher, if any: called in deliver
 	// finished: its done is delivered, and a client may act on it before
-	// the run has let go of its instance; free is closed once it has.
+	// the run has let go of its instance; free is closed once it has. It
+	// is made, under Engine.mu, when a client first waits for it.
 	finished atomic.Bool
 	free     chan struct{}
 }
@@ -89,9 +90,12 @@ type pendingEvent struct {
 	ready bool
 }
 
+// newLiveRun makes a run's state: what it holds while it waits for its
+// model, a thousand times over when a thousand do, is made only when it is
+// needed (its subscribers, its queue of events, the channel a client waits
+// on for it to let go of its instance).
 func newLiveRun() *liveRun {
-	// Sized for a typical run, so its events rarely copy as they arrive.
-	run := &liveRun{subs: map[*Subscription]struct{}{}, pending: make([]pendingEvent, 0, 8), free: make(chan struct{})}
+	run := &liveRun{}
 	run.drained.L = &run.mu
 	return run
 }
@@ -148,16 +152,21 @@ func (s *Subscription) Events(ctx context.Context) iter.Seq[Event] {
 
 // take returns the next live event, if one is there.
 func (s *Subscription) take() (ev Event, ok, ended bool) {
-	s.run.mu.Lock()
-	defer s.run.mu.Unlock()
-	for s.next < len(s.run.log) {
-		ev = s.run.log[s.next]
+	run := s.run
+	run.mu.Lock()
+	defer run.mu.Unlock()
+	for !ok && s.next < len(run.log) {
+		ev = run.log[s.next]
 		s.next++
-		if ev.ID > s.after {
-			return ev, true, false
-		}
+		ok = ev.ID > s.after
 	}
-	return Event{}, false, s.run.ended
+	if s.next == len(run.log) {
+		run.forgetRead()
+	}
+	if !ok {
+		return Event{}, false, run.ended
+	}
+	return ev, true, false
 }
 
 // Buffered reports whether an event is there to read without waiting.
@@ -184,6 +193,7 @@ func (s *Subscription) Close() {
 	}
 	s.run.mu.Lock()
 	delete(s.run.subs, s)
+	s.run.forgetRead()
 	s.run.mu.Unlock()
 }
 
@@ -195,10 +205,10 @@ func (s *Subscription) Idle() bool { return s.run == nil && s.remote == nil }
 // on a new one; the subscription it returns sees the whole run.
 func (e *Engine) Start(ctx context.Context, req Request) (*Subscription, error) {
 	if e.Replicas != nil {
-		return e.dispatch(ctx, req, nil, nil)
+		return e.dispatch(ctx, &req, nil, nil)
 	}
 	var sub *Subscription
-	run, turn, err := e.start(ctx, req, nil, func(run *liveRun) { sub = run.subscribe(nil, 0) })
+	run, turn, err := e.start(ctx, &req, nil, func(run *liveRun) { sub = run.subscribe(nil, 0) })
 	if err != nil {
 		return nil, err
 	}
@@ -216,10 +226,10 @@ func (e *Engine) StartReview(ctx context.Context, instanceID string, review Revi
 		return nil, err
 	}
 	if e.Replicas != nil {
-		return e.dispatch(ctx, Request{FlowID: inst.FlowID, InstanceID: instanceID}, &review, nil)
+		return e.dispatch(ctx, &Request{FlowID: inst.FlowID, InstanceID: instanceID}, &review, nil)
 	}
 	var sub *Subscription
-	run, turn, err := e.start(ctx, Request{FlowID: inst.FlowID, InstanceID: instanceID}, &review, func(run *liveRun) { sub = run.subscribe(nil, 0) })
+	run, turn, err := e.start(ctx, &Request{FlowID: inst.FlowID, InstanceID: instanceID}, &review, func(run *liveRun) { sub = run.subscribe(nil, 0) })
 	if err != nil {
 		return nil, err
 	}
@@ -238,10 +248,10 @@ func (e *Engine) StartReview(ctx context.Context, instanceID string, review Revi
 // back.
 func (e *Engine) Run(ctx context.Context, req Request, watch func(Event)) error {
 	if e.Replicas != nil {
-		_, err := e.dispatch(ctx, req, nil, watch)
+		_, err := e.dispatch(ctx, &req, nil, watch)
 		return err
 	}
-	run, turn, err := e.start(ctx, req, nil, func(run *liveRun) { run.watch = watch })
+	run, turn, err := e.start(ctx, &req, nil, func(run *liveRun) { run.watch = watch })
 	if err != nil {
 		return err
 	}
@@ -251,33 +261,33 @@ func (e *Engine) Run(ctx context.Context, req Request, watch func(Event)) error 
 
 // start reserves the instance and lets attach hook a reader onto the run
 // before its first event; the caller runs it.
-func (e *Engine) start(ctx context.Context, req Request, review *Review, attach func(*liveRun)) (*liveRun, Turn, error) {
+func (e *Engine) start(ctx context.Context, req *Request, review *Review, attach func(*liveRun)) (*liveRun, *Turn, error) {
 	f := e.Flows[req.FlowID]
 	if f == nil {
-		return nil, Turn{}, fmt.Errorf("flow %q: %w", req.FlowID, ErrNotFound)
+		return nil, nil, fmt.Errorf("flow %q: %w", req.FlowID, ErrNotFound)
 	}
 	instanceID := req.InstanceID
 	isNew := instanceID == ""
 	if isNew {
 		instanceID = NewID()
 	} else if inst, err := e.Store.Get(ctx, instanceID); err != nil {
-		return nil, Turn{}, err
+		return nil, nil, err
 	} else if inst.FlowID != req.FlowID {
-		return nil, Turn{}, fmt.Errorf("instance %s runs flow %q, not %q: %w", instanceID, inst.FlowID, req.FlowID, ErrInvalid)
+		return nil, nil, fmt.Errorf("instance %s runs flow %q, not %q: %w", instanceID, inst.FlowID, req.FlowID, ErrInvalid)
 	}
 	for i, s := range req.Prior {
 		client := s.Role == RoleSystem && s.AgentID == ClientInstructions
 		if s.Role != RoleUser && s.Role != RoleAssistant && !client || !isNew {
-			return nil, Turn{}, fmt.Errorf("prior message %d: a new instance's messages are user or assistant ones, or its client's instructions: %w", i, ErrInvalid)
+			return nil, nil, fmt.Errorf("prior message %d: a new instance's messages are user or assistant ones, or its client's instructions: %w", i, ErrInvalid)
 		}
 	}
 	turn, err := e.turn(ctx, f, req.Options)
 	if err != nil {
-		return nil, Turn{}, err
+		return nil, nil, err
 	}
 	e.saveEndings()
 	if err := e.savedEnding(instanceID); err != nil {
-		return nil, Turn{}, err // its last run's ids are not in its log yet
+		return nil, nil, err // its last run's ids are not in its log yet
 	}
 	run := newLiveRun()
 	run.input = req.size()
@@ -291,12 +301,12 @@ func (e *Engine) start(ctx context.Context, req Request, review *Review, attach 
 		// §4a), waits for that rather than being refused.
 		free := e.finishing(instanceID)
 		if !errors.Is(err, ErrBusy) || free == nil {
-			return nil, Turn{}, err
+			return nil, nil, err
 		}
 		select {
 		case <-free:
 		case <-ctx.Done():
-			return nil, Turn{}, err
+			return nil, nil, err
 		}
 	}
 	var st State
@@ -309,20 +319,20 @@ func (e *Engine) start(ctx context.Context, req Request, review *Review, attach 
 		if err != nil {
 			e.release(instanceID)
 			e.wg.Done()
-			return nil, Turn{}, fmt.Errorf("start run on instance %s: %w", instanceID, err)
+			return nil, nil, fmt.Errorf("start run on instance %s: %w", instanceID, err)
 		}
 		st = Replay(events)
 	}
-	if err := e.goOn(ctx, &turn, instanceID, st, req, review); err != nil {
+	if err := e.goOn(ctx, &turn, instanceID, st, *req, review); err != nil {
 		e.release(instanceID)
 		e.wg.Done()
-		return nil, Turn{}, err
+		return nil, nil, err
 	}
 	run.mu.Lock()
 	attach(run)
 	run.seq = st.LastID
 	run.mu.Unlock()
-	return run, turn, nil
+	return run, &turn, nil
 }
 
 // goOn checks that req, or a person's answer to a review, answers what
@@ -403,7 +413,7 @@ func (e *Engine) turn(ctx context.Context, f *Flow, opt RunOptions) (Turn, error
 // going; the executor turns one in a node into a failed run. A claim, for
 // a run shared between replicas, is released once the run's events are
 // all written; a cancel from any replica stops the run.
-func (e *Engine) run(run *liveRun, turn Turn, claim *Claim) {
+func (e *Engine) run(run *liveRun, turn *Turn, claim *Claim) {
 	id := turn.InstanceID // what the sink's functions need of turn, which they would keep on the heap
 	defer e.wg.Done()
 	defer e.release(id)
@@ -425,7 +435,7 @@ func (e *Engine) run(run *liveRun, turn Turn, claim *Claim) {
 	defer run.end()
 	defer func() {
 		if p := recover(); p != nil {
-			e.runLog(&turn).Error("run stopped by a panic; it resumes at the next start", "panic", fmt.Sprint(p))
+			e.runLog(turn).Error("run stopped by a panic; it resumes at the next start", "panic", fmt.Sprint(p))
 		}
 	}()
 	sink := Sink{
@@ -442,10 +452,9 @@ func (e *Engine) run(run *liveRun, turn Turn, claim *Claim) {
 		},
 		Sync: run.sync,
 	}
-	info := RunInfo{FlowID: turn.FlowID, InstanceID: turn.InstanceID, RunID: turn.RunID, Resumed: turn.Resume && !turn.Opened}
-	ctx := e.Exec.Observe.runStarted(run.ctx, info)
-	out := e.Exec.Run(ctx, turn, sink)
-	ended = e.finish(ctx, run, &turn, info, out, claim)
+	ctx := e.Exec.Observe.runStarted(run.ctx, turn.info())
+	r := e.Exec.newRunner(turn, sink)
+	ended = e.finish(ctx, run, turn, r.end(r.run(ctx)), claim)
 }
 
 // finish settles how a run ended, tells the observer and logs it where
@@ -453,7 +462,7 @@ func (e *Engine) run(run *liveRun, turn Turn, claim *Claim) {
 // interrupted did not). It is apart from run so that what it needs takes
 // no room on the stack while a run waits on its model: a thousand runs in
 // flight hold a thousand stacks.
-func (e *Engine) finish(ctx context.Context, run *liveRun, turn *Turn, info RunInfo, out Outcome, claim *Claim) bool {
+func (e *Engine) finish(ctx context.Context, run *liveRun, turn *Turn, out Outcome, claim *Claim) bool {
 	lost := false
 	if claim != nil {
 		select {
@@ -467,7 +476,7 @@ func (e *Engine) finish(ctx context.Context, run *liveRun, turn *Turn, info RunI
 	if err := run.flushed(); err != nil && !lost {
 		out = e.lose(run, *turn, err)
 	}
-	e.Exec.Observe.runEnded(ctx, info, out)
+	e.Exec.Observe.runEnded(ctx, turn.info(), out)
 	switch {
 	case out.Status == statusInterrupted && lost:
 		e.runLog(turn).InfoContext(ctx, "run stopped: this replica lost its lease; the replica that holds it now resumes it")
@@ -481,6 +490,11 @@ func (e *Engine) finish(ctx context.Context, run *liveRun, turn *Turn, info RunI
 		e.runLog(turn).WarnContext(ctx, "run failed", attrs...)
 	}
 	return out.Status != statusInterrupted
+}
+
+// info names the turn's run.
+func (t *Turn) info() RunInfo {
+	return RunInfo{FlowID: t.FlowID, InstanceID: t.InstanceID, RunID: t.RunID, Resumed: t.Resume && !t.Opened}
 }
 
 // runLog is the logger of a run's lines: each names the run and its
@@ -673,7 +687,7 @@ func (e *Engine) Recover(ctx context.Context, only func(RunOptions) bool) (int, 
 		}
 		run.seq = st.LastID
 		turn.InstanceID, turn.RunID, turn.Steps, turn.Held, turn.Resume, turn.Unfinished = inst.ID, NewID(), st.Steps, held, true, st.Unfinished
-		go e.run(run, turn, nil)
+		go e.run(run, &turn, nil)
 		e.runLog(&turn).Info("resuming interrupted run", "steps", len(st.Steps), "held", len(held))
 		resumed++
 	}
@@ -719,6 +733,9 @@ func (e *Engine) finishing(id string) <-chan struct{} {
 		close(c)
 		return c
 	case run.finished.Load():
+		if run.free == nil {
+			run.free = make(chan struct{})
+		}
 		return run.free
 	}
 	return nil
@@ -727,7 +744,9 @@ func (e *Engine) finishing(id string) <-chan struct{} {
 func (e *Engine) release(id string) {
 	e.mu.Lock()
 	if run := e.live[id]; run != nil {
-		close(run.free)
+		if run.free != nil {
+			close(run.free)
+		}
 		e.input -= run.input
 	}
 	delete(e.live, id)
@@ -750,17 +769,21 @@ func (e *Engine) publish(id string, run *liveRun, evs []Event, settle bool) erro
 	queued := time.Now() // with its monotonic reading, for the observer
 	now := queued.UTC()
 	first := run.seq + 1
-	stored := make([]Event, 0, len(evs))
+	var stored []Event // none for a partial output, the most frequent event
 	for i := range evs {
 		run.seq++
 		evs[i].ID, evs[i].Time = run.seq, now
-		if evs[i].Name != EventPartial {
-			stored = append(stored, evs[i])
+		if evs[i].Name == EventPartial {
+			continue
 		}
+		if stored == nil {
+			stored = make([]Event, 0, len(evs))
+		}
+		stored = append(stored, evs[i])
 	}
 	last, ready := run.seq, len(stored) == 0
-	for _, ev := range evs {
-		run.pending = append(run.pending, pendingEvent{ev: ev, ready: ready})
+	for i := range evs {
+		run.pending = append(run.pending, pendingEvent{ev: evs[i], ready: ready})
 	}
 	err := run.err
 	if ready {
@@ -878,6 +901,29 @@ func (run *liveRun) deliver() {
 	}
 }
 
+// forgetRead drops the log's events once every subscriber has read them:
+// the store has them, and a subscriber that comes later starts at the
+// log's end and reads what went before from the store. While its readers
+// keep up, a run holds only the events they have yet to read. run.mu is
+// held.
+func (run *liveRun) forgetRead() {
+	for s := range run.subs {
+		if s.next < len(run.log) {
+			return
+		}
+	}
+	clear(run.log)
+	run.log = run.log[:0]
+	for s := range run.subs {
+		s.next = 0
+	}
+}
+
+// wakeAll wakes the run's subscribers. It is not inlined, so that the
+// room its walk over them takes is not on the way of every event to a
+// watcher.
+//
+//go:noinline
 func (run *liveRun) wakeAll() {
 	for s := range run.subs {
 		select {
@@ -893,6 +939,9 @@ func (run *liveRun) subscribe(backlog []Event, after int64) *Subscription {
 		after = backlog[n-1].ID
 	}
 	s := &Subscription{Backlog: backlog, run: run, next: len(run.log), after: after, wake: make(chan struct{}, 1)}
+	if run.subs == nil {
+		run.subs = map[*Subscription]struct{}{}
+	}
 	run.subs[s] = struct{}{}
 	return s
 }
@@ -914,7 +963,9 @@ func (e *Engine) Subscribe(ctx context.Context, id string, after int64) (*Subscr
 	}
 	if run != nil {
 		run.mu.Lock()
-		if !run.ended {
+		// A run that has delivered its done has stored all it will: what
+		// is after it is read from the store, as of a run that has ended.
+		if !run.ended && !run.finished.Load() {
 			sub := run.subscribe(nil, after)
 			sub.Instance = id
 			run.mu.Unlock()

@@ -189,6 +189,79 @@ func TestStalledSubscriberHoldsNothingBack(t *testing.T) {
 	}
 }
 
+// A run keeps the events its subscribers have yet to read, and no more:
+// a reader that keeps up leaves it nothing to hold, a stalled one holds
+// what it has not read, and a reader that comes later gets all of it.
+func TestALiveRunKeepsOnlyWhatItsReadersHaveNotRead(t *testing.T) {
+	ctx := context.Background()
+	g := newGated()
+	e := newEngine(t, g, 0)
+	sub, err := e.Start(ctx, flow.Request{FlowID: "one", Input: "hi"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-g.entered
+	id := sub.Instance
+	var read []flow.Event
+	for ev := range sub.Events(ctx) { // run_start, the user's step, node_start, the partial
+		if read = append(read, ev); ev.Name == flow.EventPartial {
+			break
+		}
+	}
+	if n := flow.LiveEvents(e, id); n != 0 {
+		t.Errorf("the run keeps %d events its one reader has read", n)
+	}
+	stalled, err := e.Subscribe(ctx, id, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	close(g.gate)
+	rest := drain(sub)
+	if got := append(read, rest...); len(got) != 6 || got[5].Name != flow.EventDone {
+		t.Fatalf("the reader that kept up got %d events", len(got))
+	}
+	// The stalled reader, which read nothing, gets the stored events and
+	// the live ones it has not read, each once, in order.
+	late := drain(stalled)
+	var ids []int64
+	for _, ev := range late {
+		ids = append(ids, ev.ID)
+	}
+	if fmt.Sprint(ids) != "[1 2 3 5 6]" {
+		t.Errorf("the stalled reader got events %v", ids)
+	}
+}
+
+// A client that has read a run's done, and follows the instance again
+// from there, is told at once that nothing more comes, though the run has
+// not let go of the instance yet: EventSource stops on that.
+func TestFollowingARunAfterItsDoneReadsTheStore(t *testing.T) {
+	ctx := context.Background()
+	proceed := make(chan struct{})
+	e := newEngine(t, agentFunc(func(*flow.Task) (flow.Reply, error) { return reply("ACCEPT", ""), nil }), 0)
+	e.Exec.Observe = &flow.Observer{RunEnded: func(context.Context, flow.RunInfo, string, string) { <-proceed }}
+	sub, err := e.Start(ctx, flow.Request{FlowID: "one", Input: "hi"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var last flow.Event
+	for ev := range sub.Events(ctx) {
+		if last = ev; ev.Name == flow.EventDone {
+			break
+		}
+	}
+	again, err := e.Subscribe(ctx, sub.Instance, last.ID)
+	close(proceed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !again.Idle() || len(again.Backlog) != 0 {
+		t.Errorf("following after done: idle %v, %d events", again.Idle(), len(again.Backlog))
+	}
+	again.Close()
+	sub.Close()
+}
+
 type floodAgent struct {
 	agentFunc
 	n    int

@@ -193,8 +193,18 @@ type Sink struct {
 // cannot be recorded must not be acted on. A run stopped by the engine's
 // shutdown ends without done, so that it resumes at the next start.
 func (x *Executor) Run(ctx context.Context, t Turn, sink Sink) Outcome {
-	// Room for a typical turn's steps, so appending rarely copies the log.
+	r := x.newRunner(&t, sink)
+	return r.end(r.run(ctx))
+}
+
+// newRunner sets a run of t up, which it keeps and may change. It is apart
+// from running it so that what it needs takes no room on the stack while
+// a run waits on its model.
+func (x *Executor) newRunner(t *Turn, sink Sink) *runner {
+	// Room for a typical turn's steps, so appending rarely copies the log;
+	// the run keeps the log before it once, in steps.
 	steps := append(make([]Step, 0, len(t.Steps)+6), t.Steps...)
+	t.Steps = nil
 	r := &runner{x: x, t: t, now: x.now(), sink: sink, steps: steps, iters: map[string]int{}}
 	if len(x.Context) > 0 || len(t.Def.Context) > 0 || t.Def.supervised() {
 		var names []string
@@ -209,7 +219,7 @@ func (x *Executor) Run(ctx context.Context, t Turn, sink Sink) Outcome {
 	if t.Options.Replay != nil {
 		r.replay = newReplayer(t.Recorded, t.Options.Replay)
 	}
-	return r.end(r.protected(ctx))
+	return r
 }
 
 // end sends the run's last events for how it ended, out: done, after an
@@ -217,7 +227,7 @@ func (x *Executor) Run(ctx context.Context, t Turn, sink Sink) Outcome {
 // so that what it needs takes no room on the stack while a run waits on
 // its model: a thousand runs in flight hold a thousand stacks.
 func (r *runner) end(out Outcome) Outcome {
-	t := &r.t
+	t := r.t
 	if out.Status == statusInterrupted {
 		return out // held events stay held: the resumed run judges them
 	}
@@ -266,16 +276,6 @@ func (r *runner) end(out Outcome) Outcome {
 	return out
 }
 
-// protected runs the turn; a panic in it ends the run failed, not the process.
-func (r *runner) protected(ctx context.Context) (out Outcome) {
-	defer func() {
-		if p := recover(); p != nil {
-			out = Outcome{Status: StatusFailed, Err: &panicked{fmt.Sprintf("panic in node %s: %v", r.cur, p), debug.Stack()}}
-		}
-	}()
-	return r.run(ctx)
-}
-
 // panicked is a panic in a run: the error event says what it was, and the
 // server's log where.
 type panicked struct {
@@ -287,7 +287,7 @@ func (p *panicked) Error() string { return p.msg }
 
 type runner struct {
 	x     *Executor
-	t     Turn
+	t     *Turn
 	now   func() time.Time
 	sink  Sink
 	steps []Step
@@ -304,12 +304,15 @@ type runner struct {
 	response string  // the last non-empty response a client was sent
 	usage    RunUsage
 	chunks   map[string][]Chunk // a judge's chunk judgements, for its next step
-	verdicts map[string]Reply   // a judge's verdict on a withheld chunk, for its next step
+	verdicts map[string]*Reply  // a judge's verdict on a withheld chunk, for its next step
 	replay   *replayer          // for a replay: the recorded turn, walked beside this one
 	stack    []Layer            // the run's stack, with the library's texts
 	// unfinished, for a run that resumes, are the tool calls of the
 	// iteration it was interrupted in (finishInterrupted).
 	unfinished Unfinished
+	// step is the step of the iteration running: here, not on the stack
+	// that a run waiting on its model holds.
+	step Step
 
 	// history is the visible transcript before this turn (earlier); the
 	// steps before the turn do not change while it runs.
@@ -323,7 +326,11 @@ func (r *runner) emit(evs ...Event) error {
 	return r.sink.Emit(evs...)
 }
 
-// track keeps the last response a client is sent: done's response.
+// track keeps the last response a client is sent: done's response. It is
+// not inlined, so that its copy of a step takes no room on the stack of
+// the events' way to their subscribers.
+//
+//go:noinline
 func (r *runner) track(evs []Event) {
 	for _, ev := range evs {
 		if s, ok := ev.Data.(Step); ok && s.Response != "" && s.Role != RoleUser {
@@ -356,6 +363,26 @@ func (r *runner) settle(judge string, release bool, tail ...Event) error {
 // draft's text and the results of calls that ran stay withheld.
 func (r *runner) settleSending(judge string, release bool, sent map[string]bool, tail ...Event) error {
 	group := make([]Event, 0, len(r.held)+len(tail))
+	if release {
+		group = append(group, r.held...)
+	} else {
+		group = r.withhold(group, judge, sent)
+	}
+	r.x.Observe.drafted(r.t.FlowID, r.held, release)
+	r.held = nil
+	group = append(group, tail...)
+	r.track(group)
+	if r.sink.Settle == nil {
+		return r.sink.Emit(group...)
+	}
+	return r.sink.Settle(group...)
+}
+
+// withhold appends to group the held turn's events as judge's judgement
+// withholds them, as settleSending says, and marks their steps withheld in
+// the log. It is apart from settleSending so that what it needs takes no
+// room on the stack while a turn that was released goes out.
+func (r *runner) withhold(group []Event, judge string, sent map[string]bool) []Event {
 	withheld := map[string]bool{}
 	drafts := map[string]bool{} // the held steps' responses, which later held steps may have as input
 	refused := map[string]bool{}
@@ -369,8 +396,6 @@ func (r *runner) settleSending(judge string, release bool, sent map[string]bool,
 	for _, ev := range r.held {
 		s, ok := ev.Data.(Step)
 		switch {
-		case release:
-			group = append(group, ev)
 		case ok && s.Judged != nil && s.Judged.Kind == KindCall && (sent[s.Judged.ToolCallID] || refused[s.Judged.ToolCallID]):
 			group = append(group, ev)
 		case ok:
@@ -396,20 +421,19 @@ func (r *runner) settleSending(judge string, release bool, sent map[string]bool,
 			delete(withheld, r.steps[i].StepID)
 		}
 	}
-	r.x.Observe.drafted(r.t.FlowID, r.held, release)
-	r.held = nil
-	group = append(group, tail...)
-	r.track(group)
-	if r.sink.Settle == nil {
-		return r.sink.Emit(group...)
-	}
-	return r.sink.Settle(group...)
+	return group
 }
 
-func (r *runner) run(ctx context.Context) Outcome {
-	cur, out, end := r.begin()
+// run runs the turn; a panic in it ends the run failed, not the process.
+func (r *runner) run(ctx context.Context) (ended Outcome) {
+	defer func() {
+		if p := recover(); p != nil {
+			ended = Outcome{Status: StatusFailed, Err: &panicked{fmt.Sprintf("panic in node %s: %v", r.cur, p), debug.Stack()}}
+		}
+	}()
+	cur, first, end := r.begin()
 	if end {
-		return out
+		return first
 	}
 	g := &r.t.Def.Graph
 	for hops := 0; ; {
@@ -451,7 +475,9 @@ func (r *runner) run(ctx context.Context) Outcome {
 		if node.Speculate && r.replay == nil { // a replay reuses what speculation would run
 			spec = r.speculate(ctx, node)
 		}
-		step, by, err := r.act(ctx, node)
+		step := &r.step
+		*step = Step{}
+		by, err := r.act(ctx, node, step)
 		if err == nil && by != node { // a judge of its actions ended the run
 			if err := r.appendStep(step, by); err != nil {
 				return Outcome{Status: StatusFailed, Err: err}
@@ -464,8 +490,8 @@ func (r *runner) run(ctx context.Context) Outcome {
 			return r.stopped(ctx)
 		}
 		if err != nil && node.OnError != "" {
-			step, err = onError(node, err), nil
-			step.Stack = stackEntries(stackFor(node, r.stack))
+			onError(node, err, step)
+			step.Stack, err = stackEntries(stackFor(node, r.stack)), nil
 		}
 		if err != nil {
 			spec.discard(r)
@@ -485,14 +511,14 @@ func (r *runner) run(ctx context.Context) Outcome {
 			return Outcome{Status: StatusDiverged}
 		}
 		if spec.accepted(step) {
-			last, err := spec.adopt(r)
+			err := spec.adopt(r, step)
 			if err != nil && ctx.Err() != nil && !errors.Is(err, ErrTimeout) {
 				return r.stopped(ctx)
 			}
 			if err != nil {
 				return Outcome{Status: StatusFailed, Err: err}
 			}
-			step, node = last, g.Nodes[last.Node]
+			node = g.Nodes[step.Node]
 		} else {
 			spec.discard(r)
 		}
@@ -557,7 +583,7 @@ func (r *runner) begin() (cur string, out Outcome, end bool) {
 	if err := r.finishInterrupted(); err != nil {
 		return "", Outcome{Status: StatusFailed, Err: err}, true
 	}
-	last := r.steps[len(r.steps)-1]
+	last := &r.steps[len(r.steps)-1]
 	if status, end := r.ending(last, g.Nodes[last.Node]); end {
 		return "", Outcome{Status: status}, true // a review that ends it, or a run that had ended with only done missing
 	}
@@ -585,10 +611,10 @@ func (r *runner) fromRecord(ctx context.Context, node *Node) (next string, out *
 			return "", &Outcome{Status: StatusFailed, Err: err}, false
 		case ended != nil:
 			r.replay.diverged = true
-			if err := r.appendStep(*ended, r.t.Def.Graph.Nodes[ended.Node]); err != nil {
+			if err := r.appendStep(ended, r.t.Def.Graph.Nodes[ended.Node]); err != nil {
 				return "", &Outcome{Status: StatusFailed, Err: err}, false
 			}
-			status, _ := ending(*ended, nil)
+			status, _ := ending(ended, nil)
 			return "", &Outcome{Status: status}, false
 		case changed && r.replay.noLive:
 			return "", &Outcome{Status: StatusDiverged}, false
@@ -605,7 +631,7 @@ func (r *runner) fromRecord(ctx context.Context, node *Node) (next string, out *
 	if err != nil {
 		return "", &Outcome{Status: StatusFailed, Err: err}, false
 	}
-	if status, end := r.ending(step, node); end {
+	if status, end := r.ending(&step, node); end {
 		return "", &Outcome{Status: status}, false
 	}
 	return *step.NextAgent, nil, true
@@ -617,13 +643,13 @@ func (r *runner) reuse(node *Node, rec Step) (Step, error) {
 	if err := r.emit(Event{Name: EventNodeStart, Data: NodeStart{node.Name, node.AgentID}}); err != nil {
 		return Step{}, err
 	}
-	task := r.task(r.steps, r.heldSteps(), node)
+	task := r.task(r.steps, r.held, node)
 	// It made no call: no cached reply, no tokens, no time.
 	rec.Input, rec.Reused, rec.Cached, rec.Shared, rec.Usage, rec.LatencyMS, rec.Chunks = task.Input, true, false, false, nil, 0, nil
 	if task.fromWithheld {
 		rec.Input = ""
 	}
-	return rec, r.appendStep(rec, node)
+	return rec, r.appendStep(&rec, node)
 }
 
 // Opening is what a run writes first, in one write, numbered by the caller:
@@ -631,7 +657,7 @@ func (r *runner) reuse(node *Node, rec Step) (Step, error) {
 // with the human review it answers. A run whose opening was written for it
 // (a replica that dispatched it, with its job) runs with Turn.Opened.
 func (x *Executor) Opening(t Turn) []Event {
-	return (&runner{x: x, t: t, now: x.now(), steps: slices.Clip(t.Steps), iters: map[string]int{}}).opening()
+	return (&runner{x: x, t: &t, now: x.now(), steps: slices.Clip(t.Steps), iters: map[string]int{}}).opening()
 }
 
 func (x *Executor) now() func() time.Time {
@@ -650,29 +676,43 @@ func (r *runner) opening() []Event {
 	}
 	first := r.t.Def.Graph.Start
 	if n := len(r.steps); n > 0 {
-		if last := r.steps[n-1]; last.Decision == NeedsClarification && last.NextAgent != nil {
+		if last := &r.steps[n-1]; last.Decision == NeedsClarification && last.NextAgent != nil {
 			first = *last.NextAgent
 		}
 	}
 	group := make([]Event, 1, len(r.t.Prior)+2)
 	group[0] = start
+	if len(r.t.Prior) > 0 || len(r.steps) > 0 {
+		group = r.before(group)
+	}
+	r.turn = len(r.steps)
+	user := Step{AgentID: "user", Role: RoleUser, Response: r.t.Input, NextAgent: &first}
+	r.stamp(&user)
+	return append(group, Event{Name: EventCompleteStep, Data: user})
+}
+
+// before appends to group the steps that go before the user's message: a
+// new instance's conversation, or the answers to the calls its client
+// never answered.
+func (r *runner) before(group []Event) []Event {
 	r.steps = slices.Grow(r.steps, len(r.t.Prior)+1)
-	for _, p := range r.t.Prior {
+	for i := range r.t.Prior {
+		p := &r.t.Prior[i]
 		s := Step{AgentID: p.AgentID, Role: p.Role, Response: p.Response}
 		if s.AgentID == "" {
 			s.AgentID = p.Role
 		}
-		group = append(group, Event{Name: EventCompleteStep, Data: r.stamp(s)})
+		r.stamp(&s)
+		group = append(group, Event{Name: EventCompleteStep, Data: s})
 	}
 	if len(r.steps) > 0 {
 		// Calls the client never answered are answered before the new message.
 		if s, ok := r.notRun(r.steps[max(0, lastUserStep(r.steps)):], "the user sent a new message"); ok {
-			group = append(group, Event{Name: EventCompleteStep, Data: r.stamp(s)})
+			r.stamp(&s)
+			group = append(group, Event{Name: EventCompleteStep, Data: s})
 		}
 	}
-	r.turn = len(r.steps)
-	user := r.stamp(Step{AgentID: "user", Role: RoleUser, Response: r.t.Input, NextAgent: &first})
-	return append(group, Event{Name: EventCompleteStep, Data: user})
+	return group
 }
 
 // lastUserStep is the index of the last user step, where the last turn
@@ -751,14 +791,13 @@ const statusInterrupted = "interrupted"
 
 // onError is the step of a superego whose model failed, deciding as its
 // on_error says: "allow" takes ACCEPT, "block" BLOCK.
-func onError(node *Node, err error) Step {
+func onError(node *Node, err error, s *Step) {
 	d := map[string]string{"allow": Accept, "block": Block}[node.OnError]
-	s := Step{AgentID: node.AgentID, Node: node.Name, Role: RoleAssistant, Constitution: node.Constitution, Decision: d,
+	*s = Step{AgentID: node.AgentID, Node: node.Name, Role: RoleAssistant, Constitution: node.Constitution, Decision: d,
 		Fallback: fmt.Sprintf("the model failed (%v); on_error %q decided %s", err, node.OnError, d)}
 	if target, _ := node.Target(d); target != "" {
 		s.NextAgent = &target
 	}
-	return s
 }
 
 // answer appends the step of the person's answer to the review the run
@@ -772,7 +811,8 @@ func (r *runner) answer() error {
 			return nil
 		}
 	}
-	step := r.stamp(r.review(rv))
+	step := r.review(rv)
+	r.stamp(&step)
 	clear(r.iters)
 	r.nsteps = 0
 	ev := Event{Name: EventCompleteStep, Data: step}
@@ -816,7 +856,7 @@ func (r *runner) review(rv *Review) Step {
 // ending reports whether a run ends after step, the log's last, and how,
 // as ending does; a run whose turn holds changes proposed for review waits
 // for it, and once they are reviewed ends as their supervisor decided.
-func (r *runner) ending(step Step, node *Node) (status string, end bool) {
+func (r *runner) ending(step *Step, node *Node) (status string, end bool) {
 	if len(awaitingCalls(r.steps[r.turn+1:])) > 0 {
 		return StatusAwaitingReview, true
 	}
@@ -835,13 +875,13 @@ func (r *runner) ending(step Step, node *Node) (status string, end bool) {
 		return StatusAwaitingReview, true
 	}
 	if n := len(r.steps); step.AgentID == Reviewer && n > 1 && r.steps[n-2].Decision != HumanReview {
-		return ending(r.steps[n-2], node)
+		return ending(&r.steps[n-2], node)
 	}
 	return ending(step, node)
 }
 
 // ending reports whether a run ends after step, and how.
-func ending(step Step, node *Node) (status string, end bool) {
+func ending(step *Step, node *Node) (status string, end bool) {
 	switch {
 	case step.Judged != nil && step.NextAgent != nil:
 		return "", false // a judgement of a call: the agent goes on
@@ -862,24 +902,24 @@ func ending(step Step, node *Node) (status string, end bool) {
 }
 
 // stamp numbers a step and timestamps it, as the next step of the log.
-func (r *runner) stamp(s Step) Step {
+func (r *runner) stamp(s *Step) {
 	s.StepID = strconv.Itoa(len(r.steps) + 1)
 	s.Timestamp = r.now().UTC()
-	r.steps = append(r.steps, s)
-	return s
+	r.steps = append(r.steps, *s)
 }
 
-// appendStep records node's step. An inner agent's step that a superego
-// will judge is held, and released at once if its transition leads where no
-// superego judges it; a superego's decision settles what was held (§3a).
-func (r *runner) appendStep(s Step, node *Node) error {
+// appendStep records node's step, numbered and timestamped. An inner
+// agent's step that a superego will judge is held, and released at once if
+// its transition leads where no superego judges it; a superego's decision
+// settles what was held (§3a).
+func (r *runner) appendStep(s *Step, node *Node) error {
 	if node != nil && node.Type == Superego && s.Decision != NeedsTool {
 		s.Chunks = r.chunks[node.Name]
 		delete(r.chunks, node.Name)
 	}
-	s = r.stamp(s)
+	r.stamp(s)
 	r.x.Observe.stepped(r.t.FlowID, node, s.Decision, s.Basis)
-	ev := Event{Name: EventCompleteStep, Data: s}
+	ev := Event{Name: EventCompleteStep, Data: *s}
 	switch {
 	case node != nil && node.Judged():
 		if err := r.hold(ev); err != nil {
@@ -893,7 +933,7 @@ func (r *runner) appendStep(s Step, node *Node) error {
 		release := !node.Withholds(s.Decision)
 		if !release {
 			s.Input = "" // the draft it judged, which the user may not see
-			ev.Data = s
+			ev.Data = *s
 		}
 		return r.settle(node.Name, release, ev)
 	case len(r.held) > 0 && node != nil && node.Type == Superego:
@@ -925,68 +965,104 @@ func (r *runner) judgeOf(node string) string {
 }
 
 // act runs one iteration of node: its node_start, the agent's call with
-// what it emits, held where a superego will judge it, and its step. The
-// step is node's, or, where a judge of node's actions ended the run, the
-// judge's, and by says whose.
-func (r *runner) act(ctx context.Context, node *Node) (step Step, by *Node, err error) {
-	if err := r.emit(Event{Name: EventNodeStart, Data: NodeStart{node.Name, node.AgentID}}); err != nil {
-		return Step{}, node, err
+// what it emits, held where a superego will judge it, and its step, into
+// step. The step is node's, or, where a judge of node's actions ended the
+// run, the judge's, and by says whose. What comes before the agent's call
+// and after it is in functions of their own, so that it takes no room on
+// the stack while a run waits on its model.
+func (r *runner) act(ctx context.Context, node *Node, step *Step) (by *Node, err error) {
+	task, err := r.started(node)
+	if err != nil {
+		return node, err
 	}
-	task := r.task(r.steps, r.heldSteps(), node)
+	ctx = r.nodeStarted(ctx, node, task.StepID, false)
+	defer func() { r.nodeEnded(ctx, node, task.StepID, false, step.Decision, err) }()
+	if v := r.verdicts[node.Name]; v != nil { // its judgement of a chunk stands
+		delete(r.verdicts, node.Name)
+		return node, r.stepOf(node, task, v, nil, step)
+	}
+	a := r.acting(ctx, node, task, step)
+	return a.acted(r.x.Agent.Act(a.ctx, task, a.out))
+}
+
+// started sends node's node_start and gathers its task.
+func (r *runner) started(node *Node) (*Task, error) {
+	if err := r.emit(Event{Name: EventNodeStart, Data: NodeStart{node.Name, node.AgentID}}); err != nil {
+		return nil, err
+	}
+	task := r.task(r.steps, r.held, node)
 	if node.Type == InnerAgent {
 		turn := r.steps[r.turn+1:]
 		task.Approved = append(reviewed(turn, node.Name), answered(turn, node.Name, r.t.Options.Results)...)
 	}
-	ctx = r.nodeStarted(ctx, node, task.StepID, false)
-	defer func() { r.nodeEnded(ctx, node, task.StepID, false, step.Decision, err) }()
-	if v, ok := r.verdicts[node.Name]; ok { // its judgement of a chunk stands
-		delete(r.verdicts, node.Name)
-		step, err = r.stepOf(node, task, v, nil)
-		return step, node, err
-	}
-	var failed error
-	holding := node.Judged() || node.Type == Superego && len(r.held) > 0 // a judge's tool calls may quote the draft
-	// Judgements of the reply's calls are steps before the node's own: its
-	// partials wait for them, to carry the step id they lead to.
-	judging := node.ToolJudge != "" || node.ResultJudge != ""
-	var partials []Event
-	send := func(e Event) error {
-		if holding {
-			return r.hold(e)
-		}
-		return r.emit(e)
-	}
-	out := func(e Event) {
-		if judging && e.Name == EventPartial {
-			partials = append(partials, e)
+	return task, nil
+}
+
+// acting is an iteration of a node while its agent acts: where what the
+// agent emits goes, and what it leaves for the step.
+type acting struct {
+	r    *runner
+	node *Node
+	task *Task
+	step *Step           // where the step goes
+	ctx  context.Context // the agent's call's
+	out  func(Event)     // what the agent emits
+	// holding: what the agent emits is held (a judge's tool calls may
+	// quote the draft). judging: judgements of the reply's calls are
+	// steps before the node's own, and its partials wait for them, to
+	// carry the step id they lead to.
+	holding, judging bool
+	partials         []Event
+	failed           error // the first event that could not be sent
+	calls            *Calls
+	chunker          *chunker
+}
+
+func (r *runner) acting(ctx context.Context, node *Node, task *Task, step *Step) *acting {
+	a := &acting{r: r, node: node, task: task, step: step, ctx: ctx, holding: node.Judged() || node.Type == Superego && len(r.held) > 0,
+		judging: node.ToolJudge != "" || node.ResultJudge != ""}
+	a.out = func(e Event) { // not a method value: its wrapper's frame would be on the way of every event
+		if a.judging && e.Name == EventPartial {
+			a.partials = append(a.partials, e)
 			return
 		}
-		if err := send(e); failed == nil {
-			failed = err
+		if err := a.send(e); a.failed == nil {
+			a.failed = err
 		}
 	}
-	callCtx := ctx
-	var c *chunker
 	if node.judge != "" {
-		c = r.newChunker(ctx, node, task)
-		callCtx, out = c.ctx, c.wrap(out)
+		a.chunker = r.newChunker(ctx, node, task)
+		a.ctx, a.out = a.chunker.ctx, a.chunker.wrap(a.out)
 	}
-	calls := r.calls(ctx, node, task, r.steps, out, r.recorder(send))
-	task.Calls = calls
-	reply, err := r.x.Agent.Act(callCtx, task, out)
-	lost := calls.spent()
+	a.calls = r.calls(ctx, node, task, r.steps, a.out, r.recorder(a.send))
+	task.Calls = a.calls
+	return a
+}
+
+func (a *acting) send(e Event) error {
+	if a.holding {
+		return a.r.hold(e)
+	}
+	return a.r.emit(e)
+}
+
+// acted makes the step from the agent's reply and err.
+func (a *acting) acted(reply Reply, err error) (by *Node, _ error) {
+	r, node, c, step := a.r, a.node, a.chunker, a.step
+	lost := a.calls.spent()
 	r.usage.PromptTokens += lost.PromptTokens
 	r.usage.CompletionTokens += lost.CompletionTokens
-	if calls.ended != nil {
-		return *calls.ended, r.t.Def.Graph.Nodes[calls.ended.Node], nil
+	if a.calls.ended != nil {
+		*step = *a.calls.ended
+		return r.t.Def.Graph.Nodes[a.calls.ended.Node], nil
 	}
 	if c != nil {
 		reply, err = c.finish(reply, err)
 	}
 	if err == nil {
-		err = failed
+		err = a.failed
 	}
-	step, err = r.stepOf(node, task, reply, err)
+	err = r.stepOf(node, a.task, &reply, err, step)
 	if err != nil && reply.Usage != nil { // a call that made no step: its tokens were spent all the same
 		r.usage.PromptTokens += reply.Usage.PromptTokens
 		r.usage.CompletionTokens += reply.Usage.CompletionTokens
@@ -996,22 +1072,22 @@ func (r *runner) act(ctx context.Context, node *Node) (step Step, by *Node, err 
 	}
 	if err == nil {
 		id := strconv.Itoa(len(r.steps) + 1)
-		for _, e := range partials {
+		for _, e := range a.partials {
 			p := e.Data.(Partial)
 			p.StepID = id
 			e.Data = p
-			if err = send(e); err != nil {
+			if err = a.send(e); err != nil {
 				break
 			}
 		}
 	}
-	return step, node, err
+	return node, err
 }
 
 // recorder records a judgement's step: numbered, observed, and sent.
 func (r *runner) recorder(send func(Event) error) func(Step) (Step, error) {
 	return func(s Step) (Step, error) {
-		s = r.stamp(s)
+		r.stamp(&s)
 		r.x.Observe.stepped(r.t.FlowID, r.t.Def.Graph.Nodes[s.Node], s.Decision, s.Basis)
 		return s, send(Event{Name: EventCompleteStep, Data: s})
 	}
@@ -1058,12 +1134,14 @@ func earlierCalls(history, turn []Step) []ToolUse {
 	return out[max(0, len(out)-maxEarlier):]
 }
 
-// stepOf makes node's step from its agent's reply.
-func (r *runner) stepOf(node *Node, task *Task, reply Reply, err error) (Step, error) {
+// stepOf makes node's step, into s, from its agent's reply; where it
+// fails, s is the zero Step.
+func (r *runner) stepOf(node *Node, task *Task, reply *Reply, err error, s *Step) error {
 	if err != nil {
-		return Step{}, redact(fmt.Errorf("node %s: %w", node.Name, err), task.Hidden()...)
+		*s = Step{}
+		return redact(fmt.Errorf("node %s: %w", node.Name, err), task.Hidden()...)
 	}
-	s := Step{
+	*s = Step{
 		AgentID:       node.AgentID,
 		Node:          node.Name,
 		Role:          RoleAssistant,
@@ -1089,14 +1167,15 @@ func (r *runner) stepOf(node *Node, task *Task, reply Reply, err error) (Step, e
 	if task.fromWithheld {
 		s.Input = "" // a draft the user was not shown
 	}
-	target, err := decide(node, task.Decisions, reply, &s)
+	target, err := decide(node, task.Decisions, reply, s)
 	if err != nil {
-		return Step{}, fmt.Errorf("node %s: %w", node.Name, err)
+		*s = Step{}
+		return fmt.Errorf("node %s: %w", node.Name, err)
 	}
 	if target != "" {
 		s.NextAgent = &target
 	}
-	return s, nil
+	return nil
 }
 
 // runUsage adds up the tokens of this run's steps and of the calls that
@@ -1116,7 +1195,7 @@ func (r *runner) runUsage() *RunUsage {
 
 // decide sets the step's decision (and fallback, where the reply had no
 // valid one) and returns the next node, "" for the end.
-func decide(node *Node, allowed []string, reply Reply, s *Step) (string, error) {
+func decide(node *Node, allowed []string, reply *Reply, s *Step) (string, error) {
 	if len(reply.ToolUsage) > 0 && !reply.Final {
 		s.Decision = NeedsTool
 		if target, ok := node.Target(NeedsTool); ok {
@@ -1164,24 +1243,20 @@ func truncate(s string, n int) string {
 	return s[:n] + "…"
 }
 
-// heldSteps are the ids of the steps held now, for task; nil where no
-// supervisor's view needs them.
-func (r *runner) heldSteps() map[string]bool {
-	if r.context == nil || len(r.held) == 0 {
-		return nil
-	}
-	held := map[string]bool{}
-	for _, ev := range r.held {
+// heldSteps are the ids of the steps of held, a held turn's events.
+func heldSteps(held []Event) map[string]bool {
+	ids := map[string]bool{}
+	for _, ev := range held {
 		if s, ok := ev.Data.(Step); ok {
-			held[s.StepID] = true
+			ids[s.StepID] = true
 		}
 	}
-	return held
+	return ids
 }
 
 // task gathers what node's agent needs from steps, the log so far; held are
-// the ids of its steps that are held.
-func (r *runner) task(steps []Step, held map[string]bool, node *Node) *Task {
+// the events held now (SPEC §3a).
+func (r *runner) task(steps []Step, held []Event, node *Node) *Task {
 	t := &Task{
 		FlowID:      r.t.FlowID,
 		InstanceID:  r.t.InstanceID,
@@ -1211,13 +1286,14 @@ func (r *runner) task(steps []Step, held map[string]bool, node *Node) *Task {
 		// What a supervisor reads of the steps can reach a client in its
 		// own step's tool_usage: no hidden field, and nothing of a draft
 		// that is held or was withheld (§3a).
-		visible := make([]Step, len(steps))
-		for i, s := range steps {
-			s = withoutHidden(s)
+		held := heldSteps(held)
+		visible := slices.Clone(steps)
+		for i := range visible {
+			s := &visible[i]
+			withoutHidden(s)
 			if s.Withheld != "" || held[s.StepID] {
 				s.Response, s.ToolUsage = "", nil
 			}
-			visible[i] = s
 		}
 		sv := *r.context
 		sv.Steps = visible
@@ -1227,7 +1303,7 @@ func (r *runner) task(steps []Step, held map[string]bool, node *Node) *Task {
 		t.Guidance, t.GuidanceFrom = this[i-1].AgentGuidance, this[i-1].AgentID
 	}
 	for j := len(this) - 1; j >= 0; j-- {
-		s := this[j]
+		s := &this[j]
 		if s.Response != "" && s.Decision == Modify {
 			t.Input = s.Response // the user's message, as a supervisor rewrote it
 			break
@@ -1284,9 +1360,9 @@ func toolRounds(steps []Step) []Step {
 	return out
 }
 
-// withoutHidden is the step with none of its hidden fields, its tool
-// usage copied where a result it held was withheld.
-func withoutHidden(s Step) Step {
+// withoutHidden takes the step's hidden fields out, its tool usage copied
+// where a result it held was withheld.
+func withoutHidden(s *Step) {
 	s.Thinking, s.AgentGuidance, s.WithheldResponse, s.WithheldToolUsage = "", "", "", nil
 	if slices.ContainsFunc(s.ToolUsage, func(u ToolUse) bool { return u.WithheldOutput != "" }) {
 		s.ToolUsage = slices.Clone(s.ToolUsage)
@@ -1294,21 +1370,26 @@ func withoutHidden(s Step) Step {
 			s.ToolUsage[i].WithheldOutput = ""
 		}
 	}
-	return s
 }
 
 // earlier is the visible transcript before this turn, which every task of
 // the turn is given: made once, and shared, for agents only read it, and a
-// conversation of thousands of messages is not copied for each task.
+// conversation of thousands of messages is not copied for each task. The
+// steps before the turn have their hidden fields taken out where they are,
+// in steps, which nothing reads them in once the turn's tasks begin; where
+// none was withheld, the transcript is those steps, not a copy.
 func (r *runner) earlier(steps []Step) []Step {
 	r.historyOnce.Do(func() {
-		r.history = make([]Step, 0, r.turn)
-		for _, s := range steps[:r.turn] {
-			if s.Withheld != "" {
-				continue // the user never saw it
-			}
-			r.history = append(r.history, withoutHidden(s))
+		past := steps[:r.turn:r.turn]
+		for i := range past {
+			withoutHidden(&past[i])
 		}
+		withheld := func(s Step) bool { return s.Withheld != "" } // the user never saw it
+		if !slices.ContainsFunc(past, withheld) {
+			r.history = past
+			return
+		}
+		r.history = slices.DeleteFunc(slices.Clone(past), withheld)
 	})
 	return r.history
 }

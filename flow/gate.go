@@ -221,9 +221,9 @@ func (c *chunker) finish(reply Reply, err error) (Reply, error) {
 	// with an error, or with what it had read.
 	if c.withholding && c.run.Err() == nil {
 		if r.verdicts == nil {
-			r.verdicts = map[string]Reply{}
+			r.verdicts = map[string]*Reply{}
 		}
-		r.verdicts[c.judge.Name] = c.withheld // its tokens are the judge's step's, not counted apart
+		r.verdicts[c.judge.Name] = &c.withheld // its tokens are the judge's step's, not counted apart
 		if u := c.withheld.Usage; u != nil {
 			r.usage.PromptTokens -= u.PromptTokens
 			r.usage.CompletionTokens -= u.CompletionTokens
@@ -255,8 +255,8 @@ type speculation struct {
 	route  func(Event) error // where events go once adopted
 	err    error             // the first error routing them
 
-	held  map[string]bool // the steps held when it started: the turn's goroutine may not read the runner's
-	steps []Step          // written by the turn's goroutine, read after done
+	held  []Event // the events held when it started: the turn's goroutine may not read the runner's
+	steps []Step  // written by the turn's goroutine, read after done
 	fail  error
 	lost  Usage // tokens of a call that made no step
 	ended *Step // a judge's BLOCK, with no transition, of one of its calls
@@ -271,7 +271,7 @@ func (r *runner) speculate(ctx context.Context, judge *Node) *speculation {
 	if node == nil || r.iters[target] >= node.Iterations() || r.nsteps >= g.Limit() {
 		return nil
 	}
-	sp := &speculation{node: node, verdict: make(chan struct{}), done: make(chan struct{}), held: r.heldSteps()}
+	sp := &speculation{node: node, verdict: make(chan struct{}), done: make(chan struct{}), held: slices.Clone(r.held)}
 	var specCtx context.Context
 	specCtx, sp.cancel = context.WithCancel(ctx)
 	// The log as it will be if the judge accepts with no guidance.
@@ -315,7 +315,8 @@ func (sp *speculation) run(ctx context.Context, r *runner, steps []Step, iters, 
 			sp.ended = calls.ended
 			return
 		}
-		step, err := r.stepOf(n, task, reply, err)
+		var step Step
+		err = r.stepOf(n, task, &reply, err, &step)
 		r.nodeEnded(actCtx, n, task.StepID, true, step.Decision, err)
 		if err != nil {
 			if reply.Usage != nil {
@@ -366,14 +367,14 @@ func (sp *speculation) emit(e Event) {
 
 // accepted reports whether the judge's step takes the speculative turn as
 // it is: ACCEPT, with no guidance that would change it.
-func (sp *speculation) accepted(judged Step) bool {
+func (sp *speculation) accepted(judged *Step) bool {
 	return sp != nil && judged.Decision == Accept && judged.AgentGuidance == "" && judged.NextAgent != nil && *judged.NextAgent == sp.node.Name
 }
 
 // adopt makes the speculative turn the run's: its events go out (held, if
 // a superego judges the node) as if it ran after the judge, and the run
-// waits for it to end. It returns the turn's last step.
-func (sp *speculation) adopt(r *runner) (Step, error) {
+// waits for it to end. It puts the turn's last step in last.
+func (sp *speculation) adopt(r *runner, last *Step) error {
 	route := func(e Event) error { return r.emit(e) }
 	if sp.node.Judged() {
 		route = func(e Event) error {
@@ -405,17 +406,17 @@ func (sp *speculation) adopt(r *runner) (Step, error) {
 	r.usage.PromptTokens += sp.lost.PromptTokens
 	r.usage.CompletionTokens += sp.lost.CompletionTokens
 	if err := errors.Join(sp.fail, sp.err); err != nil {
-		return Step{}, err
+		return err
 	}
 	if sp.ended != nil { // a judge refused one of its calls, and that ends the run
-		err := r.appendStep(*sp.ended, r.t.Def.Graph.Nodes[sp.ended.Node])
-		return r.steps[len(r.steps)-1], err
+		*last = *sp.ended
+		return r.appendStep(last, r.t.Def.Graph.Nodes[sp.ended.Node])
 	}
-	last := sp.steps[len(sp.steps)-1]
+	*last = sp.steps[len(sp.steps)-1]
 	if sp.node.Judged() && !r.t.Def.Graph.holds(last.NextAgent) {
-		return last, r.settle("", true)
+		return r.settle("", true)
 	}
-	return last, nil
+	return nil
 }
 
 // discard stops the speculative turn and forgets it; only its tokens are

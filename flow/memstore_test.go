@@ -1,7 +1,10 @@
 package flow_test
 
 import (
+	"context"
+	"log/slog"
 	"testing"
+	"unsafe"
 
 	"superego/flow"
 	"superego/flow/storetest"
@@ -9,4 +12,49 @@ import (
 
 func TestMemStore(t *testing.T) {
 	storetest.Run(t, func(*testing.T) flow.Store { return &flow.MemStore{} })
+}
+
+// The texts steps repeat, a node's constitution and system prompt, are
+// held once in memory however many steps and instances carry them: every
+// step the store keeps refers to its node's own text, as the SQL stores
+// keep each text once on disk.
+func TestStepsReferToTheirNodesTexts(t *testing.T) {
+	def := mustParse(t, guarded)
+	e := &flow.Engine{Flows: map[string]*flow.Flow{"g": {ID: "g", Def: def}}, Exec: &flow.Executor{Agent: &holdingAgent{}},
+		Store: &flow.MemStore{}, Log: slog.New(slog.DiscardHandler)}
+	ctx := context.Background()
+	var ids []string
+	for range 3 {
+		if err := e.Run(ctx, flow.Request{FlowID: "g", Input: "What is 5*10?"}, func(ev flow.Event) {
+			if rs, ok := ev.Data.(flow.RunStart); ok {
+				ids = append(ids, rs.InstanceID)
+			}
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	texts := 0
+	for _, id := range ids {
+		events, err := e.Store.Events(ctx, id, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, s := range flow.Replay(events).Steps {
+			node := def.Graph.Nodes[s.Node]
+			if node == nil {
+				continue // the user's
+			}
+			for _, pair := range [][2]string{{s.Constitution, node.Constitution}, {s.SystemPrompt, node.SystemPrompt}} {
+				if pair[0] == "" {
+					continue
+				}
+				if texts++; unsafe.StringData(pair[0]) != unsafe.StringData(pair[1]) {
+					t.Errorf("instance %s step %s holds a copy of its node's text %.20q", id, s.StepID, pair[1])
+				}
+			}
+		}
+	}
+	if texts < 6 { // two judges' steps in each of three instances
+		t.Errorf("%d texts looked at", texts)
+	}
 }

@@ -303,7 +303,7 @@ func (p *replayer) walked(s Step) {
 	if !p.diverged && (p.next >= len(p.steps) || p.steps[p.next].Node != s.Node) {
 		p.diverged = true
 	}
-	p.asked(s)
+	p.asked(&s)
 }
 
 // took takes the record's judgements of the calls of s, a step the replay
@@ -325,12 +325,12 @@ func (p *replayer) took(s Step) {
 // asked takes the step of a node asked again: the path stays on the record
 // while it decides as recorded. ok is false when it left the record and
 // the run may not go on live.
-func (p *replayer) asked(step Step) (ok bool) {
+func (p *replayer) asked(step *Step) (ok bool) {
 	p.counts.Made++
 	if p.diverged {
 		return true
 	}
-	rec := p.steps[p.next]
+	rec := &p.steps[p.next]
 	if step.Decision != rec.Decision || (step.NextAgent == nil) != (rec.NextAgent == nil) || step.NextAgent != nil && *step.NextAgent != *rec.NextAgent {
 		p.diverged = true
 		return !p.noLive

@@ -52,7 +52,7 @@ type Claim struct {
 // together; run here when this engine has room, else by the first replica
 // that has. watch, where set, sees the run's events on this goroutine, as
 // Run's caller wants; otherwise a subscription does.
-func (e *Engine) dispatch(ctx context.Context, req Request, review *Review, watch func(Event)) (*Subscription, error) {
+func (e *Engine) dispatch(ctx context.Context, req *Request, review *Review, watch func(Event)) (*Subscription, error) {
 	f := e.Flows[req.FlowID]
 	if f == nil {
 		return nil, fmt.Errorf("flow %q: %w", req.FlowID, ErrNotFound)
@@ -83,7 +83,7 @@ func (e *Engine) dispatch(ctx context.Context, req Request, review *Review, watc
 	if st.Status == StatusRunning {
 		return nil, fmt.Errorf("instance %s: %w", d.InstanceID, ErrBusy)
 	}
-	if err := e.goOn(ctx, &turn, d.InstanceID, st, req, review); err != nil {
+	if err := e.goOn(ctx, &turn, d.InstanceID, st, *req, review); err != nil {
 		return nil, err
 	}
 	for i, s := range req.Prior {
@@ -137,14 +137,14 @@ func (e *Engine) dispatch(ctx context.Context, req Request, review *Review, watc
 			watch(ev)
 		}
 		run.watch = watch
-		e.run(run, turn, claim)
+		e.run(run, &turn, claim)
 		return nil, nil
 	}
 	run.mu.Lock()
 	sub := run.subscribe(d.Opening, 0)
 	sub.Instance = d.InstanceID
 	run.mu.Unlock()
-	go e.run(run, turn, claim)
+	go e.run(run, &turn, claim)
 	return sub, nil
 }
 
@@ -189,7 +189,7 @@ func (e *Engine) Take(ctx context.Context, instance string, claim *Claim) error 
 		return nil
 	}
 	turn.InstanceID, turn.RunID, turn.Steps, turn.Held, turn.Resume, turn.Opened, turn.Unfinished = instance, NewID(), st.Steps, held, true, !claim.Resumed, st.Unfinished
-	go e.run(run, turn, claim)
+	go e.run(run, &turn, claim)
 	e.runLog(&turn).Info("took over a run", "resumed", claim.Resumed)
 	return nil
 }

@@ -117,8 +117,18 @@ type client struct {
 }
 
 func (c *client) read(ev flow.Event) error {
-	s, ok := ev.Data.(flow.Step)
-	if !ok || s.Role == flow.RoleUser {
+	if ev.Name != flow.EventCompleteStep {
+		return nil
+	}
+	return c.step(ev.Data)
+}
+
+// step reads a step. It is apart from read, so that a client that reads
+// a partial output, or any other event, does not make room for a step on
+// the stack of the run that delivers it.
+func (c *client) step(data any) error {
+	s := data.(flow.Step)
+	if s.Role == flow.RoleUser {
 		return nil
 	}
 	b, err := json.Marshal(s)
@@ -327,7 +337,7 @@ func (b *bench) atOnce(out map[string]any, prefix string, n, rounds int, delay t
 	out[prefix+"wall_ms"] = sorted[len(sorted)/2]
 	out[prefix+"ideal_ms"] = ideal
 	out[prefix+"overhead_ms"] = sorted[len(sorted)/2] - ideal
-	return o.profiles.heapAtPeak(prefix+"heap.pprof", n, round)
+	return o.profiles.heapAtPeak(out, prefix, n, round)
 }
 
 // options are the flags that change what is measured, not the workload.
@@ -492,6 +502,8 @@ func run(seq int, minSeconds float64, warmup, conc, concBig int, delay time.Dura
 	runtime.ReadMemStats(&ms)
 	out := map[string]any{
 		"rest_heap_kb":           ms.HeapInuse / 1024,
+		"rest_heap_alloc_kb":     ms.HeapAlloc / 1024,
+		"rest_stacks_kb":         ms.StackInuse / 1024,
 		"rest_sys_kb":            ms.Sys / 1024,
 		"engine":                 "superego",
 		"store":                  store,

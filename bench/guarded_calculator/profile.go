@@ -117,12 +117,14 @@ func (p *profiles) cpu(name string) (func(), error) {
 
 // heapAtPeak runs round once more, holding each flow's last model call
 // until all n flows wait on theirs; then it collects garbage, writes a
-// heap profile and lets them go: what n runs in flight hold.
-func (p *profiles) heapAtPeak(name string, n int, round func() (time.Duration, error)) error {
+// heap profile and lets them go: what n runs in flight hold. It records
+// under prefix the live heap and the goroutine stacks there, which,
+// unlike a peak's RSS, do not depend on when the collector ran.
+func (p *profiles) heapAtPeak(out map[string]any, prefix string, n int, round func() (time.Duration, error)) error {
 	if p == nil {
 		return nil
 	}
-	f, err := os.Create(filepath.Join(p.dir, name))
+	f, err := os.Create(filepath.Join(p.dir, prefix+"heap.pprof"))
 	if err != nil {
 		return err
 	}
@@ -146,6 +148,9 @@ func (p *profiles) heapAtPeak(name string, n int, round func() (time.Duration, e
 		}
 	}
 	runtime.GC()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	out[prefix+"held_heap_kb"], out[prefix+"held_stacks_kb"] = ms.HeapAlloc/1024, ms.StackInuse/1024
 	err = pprof.Lookup("heap").WriteTo(f, 0)
 	close(p.peak.release)
 	return errors.Join(err, <-done)
