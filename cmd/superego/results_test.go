@@ -40,9 +40,9 @@ func TestResultsCSVIsFlat(t *testing.T) {
 
 // The shipped agentic sample, on the offline model: the report gives
 // utility and utility under attack side by side, each injection sample
-// paired with its base, with differences and intervals, and the README's
-// tables of it are this report's own rows; results.csv holds each
-// outcome's calls.
+// paired with its base, with differences and intervals, and the tables
+// docs/experiments.md shows of it are this report's own rows; results.csv
+// holds each outcome's calls.
 func TestAgenticSampleOffline(t *testing.T) {
 	dir := t.TempDir()
 	getenv := env(append(repoEnv, "SUPEREGO_MODEL", "offline")...)
