@@ -11,9 +11,11 @@ import (
 	"superego/tools"
 )
 
-// The guarded-calculator workload of ../shared/bench: four model calls, one
-// tool call, five steps, through the real executor, agents and calculator,
-// on an instant in-process model. The client encodes every event it would
+// The guarded-calculator workload of bench/guarded_calculator (whose
+// program runs it against its peers, with constitution.txt as the judges'
+// constitution): four model calls, one tool call, five steps, through the
+// real executor, agents and calculator, on an instant in-process model,
+// the constitutions here short markers. The client encodes every event it would
 // send, hidden fields removed.
 func BenchmarkGuardedCalculator(b *testing.B) {
 	model := agents.Model{LLM: agentstest.Func(calcScript), Name: "func"}

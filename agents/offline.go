@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"regexp"
+	"slices"
 	"strings"
 	"superego/supervision"
 	"superego/tools"
@@ -20,9 +21,12 @@ const OfflineName = "offline (built-in, not a language model)"
 // reply, so a new user can watch a whole flow run: a superego takes the
 // first of its decisions that lets the message through (under a stack of
 // user constitutions, it names the floor as its basis: it read none of
-// them), an inner agent with
-// the calculator works out any arithmetic in the message with a real tool
-// call, and every response says it came from the offline model.
+// them), an inner agent with the calculator works out any arithmetic in the
+// message with a real tool call, one told to call a tool calls it (see
+// offlineCalls), and every response says it came from the offline model.
+// Its judges refuse nothing, but a flow's permission rules still do: they
+// decide a call with no model, so `write_file path=.env` meets a deny rule
+// on the offline model as on any other.
 type Offline struct{}
 
 var _ llms.Model = Offline{}
@@ -152,44 +156,50 @@ func pick(system string, want ...string) string {
 	return offered[0]
 }
 
-// builtinTools are the tools the offline agent calls only as above (the
-// calculator), or never: it has no use for the others' results. Only
-// their names are read; none is called.
+// builtinTools are the built-in tools, which the offline agent calls only
+// where the message names one exactly. Only their names are read.
 var builtinTools = tools.Builtin(nil, nil)
 
-// offlineCalls are the calls the offline agent makes to the other tools it
-// is offered (a /v1 client's, an experiment's simulated ones): one to each
-// tool a word of whose name (of five letters or more) the message has,
-// with arguments made from its schema. It never follows what a result
-// says: a planted instruction does not move it.
+// offlineCalls are the calls the offline agent makes, where the message has
+// no arithmetic for the calculator: one to each built-in tool it is offered
+// whose exact name is a word of the message (`write_file path=notes/a.md
+// content=hello`), and one to each other tool (a /v1 client's, an
+// experiment's simulated ones) a word of whose name, of five letters or
+// more, the message has. A call's arguments are the message's key=value
+// words that name a property of the tool's schema (the value a number or a
+// boolean where the property is one and the value reads as one, else the
+// text); a required property the message gives no value gets "offline" for
+// text, 1 for a number, true for a boolean. It never calls an MCP tool, and
+// never follows what a result says: a planted instruction does not move it.
 func offlineCalls(opts llms.CallOptions, input string) []llms.ToolCall {
-	lower := strings.ToLower(input)
+	lower, words := strings.ToLower(input), strings.Fields(input)
 	var calls []llms.ToolCall
 	for _, t := range opts.Tools {
 		f := t.Function
-		if f == nil {
-			continue
-		}
-		if _, builtin := builtinTools[f.Name]; builtin || strings.HasPrefix(f.Name, "mcp__") || supervision.Handles(f.Name) {
+		if f == nil || strings.HasPrefix(f.Name, "mcp__") || supervision.Handles(f.Name) {
 			continue
 		}
 		named := false
-		for _, w := range strings.FieldsFunc(strings.ToLower(f.Name), func(r rune) bool { return r == '_' || r == '-' }) {
-			named = named || len(w) >= 5 && strings.Contains(lower, w)
+		if _, builtin := builtinTools[f.Name]; builtin {
+			named = slices.Contains(words, f.Name)
+		} else {
+			for _, w := range strings.FieldsFunc(strings.ToLower(f.Name), func(r rune) bool { return r == '_' || r == '-' }) {
+				named = named || len(w) >= 5 && strings.Contains(lower, w)
+			}
 		}
 		if !named {
 			continue
 		}
-		args, _ := json.Marshal(offlineArgs(f.Parameters))
+		args, _ := json.Marshal(offlineArgs(f.Parameters, words))
 		calls = append(calls, llms.ToolCall{ID: fmt.Sprintf("offline_call_%d", len(calls)+1), Type: "function",
 			FunctionCall: &llms.FunctionCall{Name: f.Name, Arguments: string(args)}})
 	}
 	return calls
 }
 
-// offlineArgs are arguments a schema's required properties take: "offline"
-// for text, 1 for a number, true for a boolean.
-func offlineArgs(schema any) map[string]any {
+// offlineArgs are the arguments a call to a tool of the schema takes from
+// the message's words, as offlineCalls says.
+func offlineArgs(schema any, words []string) map[string]any {
 	args := map[string]any{}
 	var s struct {
 		Properties map[string]struct {
@@ -199,7 +209,30 @@ func offlineArgs(schema any) map[string]any {
 	}
 	b, _ := json.Marshal(schema)
 	json.Unmarshal(b, &s)
+	for _, w := range words {
+		key, value, ok := strings.Cut(w, "=")
+		p, named := s.Properties[key]
+		if !ok || !named {
+			continue
+		}
+		args[key] = value
+		var v any
+		json.Unmarshal([]byte(value), &v)
+		switch v.(type) {
+		case float64:
+			if p.Type == "number" || p.Type == "integer" {
+				args[key] = v
+			}
+		case bool:
+			if p.Type == "boolean" {
+				args[key] = v
+			}
+		}
+	}
 	for _, name := range s.Required {
+		if _, given := args[name]; given {
+			continue
+		}
 		switch s.Properties[name].Type {
 		case "number", "integer":
 			args[name] = 1

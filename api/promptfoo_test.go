@@ -20,22 +20,23 @@ import (
 	"superego/tools"
 )
 
-// promptfooConfig is the README's promptfooconfig.yaml, as printed there.
+// promptfooConfig is the promptfooconfig.yaml of docs/experiments.md, as
+// printed there.
 func promptfooConfig(t *testing.T) string {
 	t.Helper()
-	b, err := os.ReadFile("../README.md")
+	b, err := os.ReadFile("../docs/experiments.md")
 	if err != nil {
 		t.Fatal(err)
 	}
 	_, rest, ok := strings.Cut(string(b), "<!-- promptfooconfig.yaml -->\n```yaml\n")
 	config, _, closed := strings.Cut(rest, "```")
 	if !ok || !closed {
-		t.Fatal("the README has no promptfooconfig.yaml block")
+		t.Fatal("docs/experiments.md has no promptfooconfig.yaml block")
 	}
 	return config
 }
 
-// promptfoo itself, from npm, runs the README's config against a server:
+// promptfoo itself, from npm, runs the documented config against a server:
 // guarded_chat as an HTTP provider, its answer's guardrails read by
 // promptfoo's guardrails assertion. The harmful prompt is flagged (its
 // not-guardrails assertion passes), the benign one is not.

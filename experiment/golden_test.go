@@ -18,7 +18,8 @@ import (
 var update = flag.Bool("update", false, "rewrite the golden files under testdata/")
 
 // goldenSet is twelve samples in three categories, each decided by the
-// fake as its input says (see script), for the README's LaTeX and plot.
+// fake as its input says (see script), for the LaTeX and plot that
+// docs/experiments.md shows.
 var goldenSet = func() string {
 	var out []string
 	for _, c := range []struct{ id, input, category string }{
@@ -33,7 +34,7 @@ var goldenSet = func() string {
 	return "[" + strings.Join(out, ",") + "]"
 }()
 
-// The report's LaTeX and plot, byte for byte: the files the README shows
+// The report's LaTeX and plot, byte for byte: the files docs/experiments.md shows
 // (go test ./experiment -run TestReportFilesGolden -update rewrites
 // them). Every number in them is one the other tests check by hand; this
 // one keeps their form.
@@ -59,15 +60,15 @@ func TestReportFilesGolden(t *testing.T) {
 			t.Errorf("%s differs from %s (-update rewrites it):\n%s", c.file, path, c.got)
 		}
 	}
-	// The README shows the first table as it is, and the plot.
-	readme, err := os.ReadFile(filepath.Join("..", "README.md"))
+	// docs/experiments.md shows the first table as it is, and the plot.
+	page, err := os.ReadFile(filepath.Join("..", "docs", "experiments.md"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	tex := rep.LaTeX()
 	table := tex[strings.Index(tex, "\\begin{table}"):strings.Index(tex, "\\end{tabular}")]
-	if !strings.Contains(string(readme), table) || !strings.Contains(string(readme), "](experiment/testdata/report.svg)") {
-		t.Errorf("the README does not show report.tex's first table as it is, or the plot:\n%s", table)
+	if !strings.Contains(string(page), table) || !strings.Contains(string(page), "](../experiment/testdata/report.svg)") {
+		t.Errorf("docs/experiments.md does not show report.tex's first table as it is, or the plot:\n%s", table)
 	}
 }
 

@@ -40,9 +40,9 @@ func TestResultsCSVIsFlat(t *testing.T) {
 
 // The shipped agentic sample, on the offline model: the report gives
 // utility and utility under attack side by side, each injection sample
-// paired with its base, with differences and intervals, and the README's
-// tables of it are this report's own rows; results.csv holds each
-// outcome's calls.
+// paired with its base, with differences and intervals, and the tables
+// docs/experiments.md shows of it are this report's own rows; results.csv
+// holds each outcome's calls.
 func TestAgenticSampleOffline(t *testing.T) {
 	dir := t.TempDir()
 	getenv := env(append(repoEnv, "SUPEREGO_MODEL", "offline")...)
@@ -164,28 +164,35 @@ func checkResultsCSV(t *testing.T, dir string, want int) []map[string]string {
 	return rows
 }
 
-// readmeShows checks that the README's block opening with start shows only
-// table rows report has, and at least min of them: the README's tables
-// come from a real run.
+// readmeShows checks that the block opening with start, in the README or
+// a page of docs/, shows only table rows report has, and at least min of
+// them: the documents' tables come from a real run.
 func readmeShows(t *testing.T, start, report string, min int) {
 	t.Helper()
-	readme, err := os.ReadFile("../../README.md")
-	if err != nil {
-		t.Fatal(err)
+	pages, _ := filepath.Glob("../../docs/*.md")
+	var shown, page string
+	ok := false
+	for _, page = range append([]string{"../../README.md"}, pages...) {
+		b, err := os.ReadFile(page)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, shown, ok = strings.Cut(string(b), start); ok {
+			break
+		}
 	}
-	_, shown, ok := strings.Cut(string(readme), start)
 	shown, _, _ = strings.Cut(shown, "```")
 	rows := 0
 	for _, line := range strings.Split(shown, "\n") {
 		if strings.HasPrefix(line, "|") {
 			rows++
 			if !strings.Contains(report, line+"\n") {
-				t.Errorf("the README shows %q, which the report does not have", line)
+				t.Errorf("%s shows %q, which the report does not have", page, line)
 			}
 		}
 	}
 	if !ok || rows < min {
-		t.Errorf("the README shows %d rows of the report opening %q", rows, start)
+		t.Errorf("the documents show %d rows of the report opening %q", rows, start)
 	}
 }
 

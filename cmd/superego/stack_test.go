@@ -109,7 +109,7 @@ func TestKeysFile(t *testing.T) {
 // The shipped stacks experiment runs the refusal sample under two stacks
 // on the offline model, and replays the first under a third from the
 // command line: only the superegos are asked again, every assistant step
-// reused, and the report counts decisions by basis, as the README shows.
+// reused, and the report counts decisions by basis, as docs/stacks.md shows.
 func TestStacksExperimentOffline(t *testing.T) {
 	dir := t.TempDir()
 	getenv := env("SUPEREGO_FLOWS", "../../flows", "SUPEREGO_CONSTITUTIONS", "../../constitutions", "SUPEREGO_DB", filepath.Join(dir, "s.db"))
@@ -137,7 +137,7 @@ func TestStacksExperimentOffline(t *testing.T) {
 			t.Errorf("report.md lacks %q:\n%s", want, md)
 		}
 	}
-	// The README shows this report: each of its table rows is the
+	// docs/stacks.md shows this report: each of its table rows is the
 	// report's own.
 	readmeShows(t, "```\n# refusal-sample-stacks\n", string(md), 10)
 	code, _, errs = runCmd(t, getenv, "experiment", "replay", id, "--from", "vegan", "--as", "x", "--stack", "vegan:high")
