@@ -14,6 +14,7 @@ import (
 
 	"github.com/tmc/langchaingo/llms"
 
+	"superego/engine"
 	"superego/flow"
 	"superego/gateway"
 	"superego/supervision"
@@ -50,10 +51,10 @@ type promptKey struct {
 	kind string
 }
 
-var _ flow.Agent = (*Agent)(nil)
+var _ engine.Agent = (*Agent)(nil)
 
 // Act makes one model call for the task's node and runs the tools it asks for.
-func (a *Agent) Act(ctx context.Context, t *flow.Task, emit func(flow.Event)) (reply flow.Reply, err error) {
+func (a *Agent) Act(ctx context.Context, t *engine.Task, emit func(flow.Event)) (reply engine.Reply, err error) {
 	reply, calls, err := a.ask(ctx, t, emit)
 	if err != nil || calls == nil {
 		return reply, err
@@ -74,7 +75,7 @@ func (a *Agent) Act(ctx context.Context, t *flow.Task, emit func(flow.Event)) (r
 type toolCalls struct {
 	calls   []llms.ToolCall
 	propose func(int, llms.ToolCall)
-	gate    *flow.Calls
+	gate    *engine.Calls
 }
 
 func (c *toolCalls) run(ctx context.Context) ([]flow.ToolUse, error) {
@@ -87,10 +88,10 @@ func (c *toolCalls) run(ctx context.Context) ([]flow.ToolUse, error) {
 // ask makes the task's model call, and returns its reply and the tool
 // calls it asks for; the approved ones, with no model call, for a task
 // with calls a person answered.
-func (a *Agent) ask(ctx context.Context, t *flow.Task, emit func(flow.Event)) (reply flow.Reply, _ *toolCalls, err error) {
+func (a *Agent) ask(ctx context.Context, t *engine.Task, emit func(flow.Event)) (reply engine.Reply, _ *toolCalls, err error) {
 	m, err := a.Model(t.Node.Model)
 	if err != nil {
-		return flow.Reply{}, nil, fmt.Errorf("%w: %w", flow.ErrModelUnavailable, err)
+		return engine.Reply{}, nil, fmt.Errorf("%w: %w", flow.ErrModelUnavailable, err)
 	}
 	timeout := a.Timeout
 	if timeout <= 0 {
@@ -104,12 +105,12 @@ func (a *Agent) ask(ctx context.Context, t *flow.Task, emit func(flow.Event)) (r
 	offered := o.definitions(t.Node)
 	gate := t.Calls
 	if gate == nil {
-		gate = flow.Ungated(emit)
+		gate = engine.Ungated(emit)
 	}
 	toolCtx := tools.WithInstance(ctx, t.InstanceID)
 	propose := func(i int, c llms.ToolCall) {
 		use, info, run := a.prepare(t, o, c, i, timeout)
-		gate.Propose(i, use, info, func(_ context.Context, input json.RawMessage) flow.Result { return run(toolCtx, input) })
+		gate.Propose(i, use, info, func(_ context.Context, input json.RawMessage) engine.Result { return run(toolCtx, input) })
 	}
 	if len(t.Approved) > 0 {
 		// A person answered the calls that waited: they run, or are
@@ -173,7 +174,7 @@ func (a *Agent) ask(ctx context.Context, t *flow.Task, emit func(flow.Event)) (r
 
 // system is the system prompt of the task's model call: its node's, built
 // once, under the task's stack if it has one.
-func (a *Agent) system(t *flow.Task) string {
+func (a *Agent) system(t *engine.Task) string {
 	key := promptKey{node: t.Node}
 	if t.Action != nil {
 		key.kind = t.Action.Kind // a judge of actions has a prompt for calls and one for results
@@ -204,7 +205,7 @@ type Output struct {
 // OutputFile, the worker's cycle is over. The file is archived as
 // __output_cycle_NNNN.json, and the step is the worker's COMPLETE with the
 // summary as its response, without another model call.
-func (a *Agent) endCycle(t *flow.Task, reply *flow.Reply) {
+func (a *Agent) endCycle(t *engine.Task, reply *engine.Reply) {
 	wrote := -1
 	for i, u := range reply.ToolUsage {
 		var args struct{ Path string }
@@ -250,7 +251,7 @@ type offered struct {
 // offer is what the task's node is offered: the tools it names, as the
 // instance's context has them for an inner agent, and for a supervisor
 // the session on the instance it supervises.
-func (a *Agent) offer(t *flow.Task) *offered {
+func (a *Agent) offer(t *engine.Task) *offered {
 	o := &offered{}
 	list := a.resolve(t.Node.Tools)
 	if sup := t.Supervised; sup != nil {
@@ -294,7 +295,7 @@ func (o *offered) definitions(node *flow.Node) []llms.Tool {
 // toolChoice is the client's tool_choice for the task's model call, if it
 // has one: not once every call of the model's last reply was refused, when
 // the model is asked again with the choice left to it (SPEC §4a).
-func toolChoice(t *flow.Task) any {
+func toolChoice(t *engine.Task) any {
 	if t.Client == nil || len(t.Client.Choice) == 0 || string(t.Client.Choice) == "null" {
 		return nil
 	}
@@ -308,7 +309,7 @@ func toolChoice(t *flow.Task) any {
 
 // allRefused reports whether every call of the model's last reply was
 // refused: the model is asked again at once, with the tool choice its own.
-func allRefused(t *flow.Task) bool {
+func allRefused(t *engine.Task) bool {
 	n := len(t.ToolRounds)
 	if n == 0 {
 		return false
@@ -366,20 +367,20 @@ func (a *Agent) catalog(names []string) supervision.Catalog {
 }
 
 // infoOf is what the executor must know of a tool to decide a call to it.
-func infoOf(tool tools.Tool) flow.ToolInfo {
-	return flow.ToolInfo{Description: tool.Description, ReadOnly: tool.ReadOnly, ClosedWorld: tool.ClosedWorld, Client: tool.Client, Parameters: tool.Parameters}
+func infoOf(tool tools.Tool) engine.ToolInfo {
+	return engine.ToolInfo{Description: tool.Description, ReadOnly: tool.ReadOnly, ClosedWorld: tool.ClosedWorld, Client: tool.Client, Parameters: tool.Parameters}
 }
 
 // ToolInfo is what the task's node is offered as the tool name, as its
 // calls' judges are told of it (flow.ToolDescriber): a replay asks a judge
 // again about a recorded call as the call's judge was asked.
-func (a *Agent) ToolInfo(t *flow.Task, name string) (flow.ToolInfo, bool) {
+func (a *Agent) ToolInfo(t *engine.Task, name string) (engine.ToolInfo, bool) {
 	for _, tool := range a.offer(t).tools {
 		if tool.Name == name {
 			return infoOf(tool), true
 		}
 	}
-	return flow.ToolInfo{}, false
+	return engine.ToolInfo{}, false
 }
 
 // prepare makes the model's i-th tool call ready to decide (flow.Calls):
@@ -388,7 +389,7 @@ func (a *Agent) ToolInfo(t *flow.Task, name string) (flow.ToolInfo, bool) {
 // arguments), and how to run it with the arguments decoded. A call to a
 // tool the node was not offered runs nothing and answers the model why. A
 // tool's error goes back to the model as its result.
-func (a *Agent) prepare(t *flow.Task, o *offered, c llms.ToolCall, i int, timeout time.Duration) (flow.ToolUse, flow.ToolInfo, flow.Run) {
+func (a *Agent) prepare(t *engine.Task, o *offered, c llms.ToolCall, i int, timeout time.Duration) (flow.ToolUse, engine.ToolInfo, engine.Run) {
 	node := t.Node
 	use := flow.ToolUse{ID: c.ID}
 	if use.ID == "" { // some OpenAI-compatible servers omit it; tool results need one
@@ -397,9 +398,9 @@ func (a *Agent) prepare(t *flow.Task, o *offered, c llms.ToolCall, i int, timeou
 	if c.FunctionCall != nil {
 		use.ToolName, use.Input = c.FunctionCall.Name, json.RawMessage(c.FunctionCall.Arguments)
 	}
-	inert := flow.ToolInfo{ReadOnly: true, ClosedWorld: true}
-	answer := func(msg string) flow.Run {
-		return func(context.Context, json.RawMessage) flow.Result { return flow.Result{Error: msg} }
+	inert := engine.ToolInfo{ReadOnly: true, ClosedWorld: true}
+	answer := func(msg string) engine.Run {
+		return func(context.Context, json.RawMessage) engine.Result { return engine.Result{Error: msg} }
 	}
 	if supervision.Handles(use.ToolName) {
 		if o.session == nil {
@@ -410,9 +411,9 @@ func (a *Agent) prepare(t *flow.Task, o *offered, c llms.ToolCall, i int, timeou
 		if i := slices.IndexFunc(defs, func(d supervision.Def) bool { return d.Name == use.ToolName }); i >= 0 {
 			label, inert.Parameters = use.ToolName, defs[i].Parameters
 		}
-		return use, inert, func(ctx context.Context, input json.RawMessage) flow.Result {
+		return use, inert, func(ctx context.Context, input json.RawMessage) engine.Result {
 			_, observed := a.toolStarted(ctx, t, label)
-			var r flow.Result
+			var r engine.Result
 			out, proposed, err := o.session.Call(node, use.ToolName, input)
 			if err != nil {
 				r.Error = err.Error()
@@ -442,7 +443,7 @@ func (a *Agent) prepare(t *flow.Task, o *offered, c llms.ToolCall, i int, timeou
 		}
 		return use, info, nil // the client runs it
 	}
-	return use, info, func(ctx context.Context, input json.RawMessage) (r flow.Result) {
+	return use, info, func(ctx context.Context, input json.RawMessage) (r engine.Result) {
 		toolCtx, cancel := context.WithTimeout(ctx, timeout)
 		defer cancel()
 		toolCtx, observed := a.toolStarted(toolCtx, t, use.ToolName)

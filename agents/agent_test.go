@@ -10,6 +10,7 @@ import (
 
 	"superego/agents"
 	"superego/agents/agentstest"
+	"superego/engine"
 	"superego/flow"
 	"superego/tools"
 )
@@ -53,7 +54,7 @@ func calcScript(r agentstest.Request) agentstest.Answer {
 
 type run struct {
 	events []flow.Event
-	out    flow.Outcome
+	out    engine.Outcome
 }
 
 func (r run) partials(node string) string {
@@ -83,9 +84,9 @@ func execute(t *testing.T, def string, agent *agents.Agent, input string) run {
 		t.Fatal(err)
 	}
 	var r run
-	x := &flow.Executor{Agent: agent}
-	r.out = x.Run(context.Background(), flow.Turn{FlowID: "calc", Def: d, InstanceID: "i", RunID: "r", Input: input},
-		flow.Sink{Emit: func(evs ...flow.Event) error { r.events = append(r.events, evs...); return nil }})
+	x := &engine.Executor{Agent: agent}
+	r.out = x.Run(context.Background(), engine.Turn{FlowID: "calc", Def: d, InstanceID: "i", RunID: "r", Input: input},
+		engine.Sink{Emit: func(evs ...flow.Event) error { r.events = append(r.events, evs...); return nil }})
 	return r
 }
 

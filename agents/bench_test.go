@@ -7,6 +7,7 @@ import (
 
 	"superego/agents"
 	"superego/agents/agentstest"
+	"superego/engine"
 	"superego/flow"
 	"superego/tools"
 )
@@ -24,9 +25,9 @@ func BenchmarkGuardedCalculator(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	x := &flow.Executor{Agent: agent}
+	x := &engine.Executor{Agent: agent}
 	var bytes int
-	emit := flow.Sink{Emit: func(evs ...flow.Event) error {
+	emit := engine.Sink{Emit: func(evs ...flow.Event) error {
 		for _, e := range evs {
 			data, err := json.Marshal(e.Data)
 			if err != nil {
@@ -38,7 +39,7 @@ func BenchmarkGuardedCalculator(b *testing.B) {
 	}}
 	b.ReportAllocs()
 	for b.Loop() {
-		out := x.Run(context.Background(), flow.Turn{FlowID: "calc", Def: def, InstanceID: "i", RunID: "r", Input: "What is 5*10?"}, emit)
+		out := x.Run(context.Background(), engine.Turn{FlowID: "calc", Def: def, InstanceID: "i", RunID: "r", Input: "What is 5*10?"}, emit)
 		if out.Status != flow.StatusCompleted {
 			b.Fatal(out)
 		}

@@ -12,6 +12,7 @@ import (
 	"github.com/tmc/langchaingo/llms"
 	"golang.org/x/sync/singleflight"
 
+	"superego/engine"
 	"superego/flow"
 )
 
@@ -35,7 +36,7 @@ type cachedReply struct {
 
 // read puts what the model answered into reply, and returns the tool
 // calls it asks for.
-func (c cachedReply) read(reply *flow.Reply) []llms.ToolCall {
+func (c cachedReply) read(reply *engine.Reply) []llms.ToolCall {
 	reply.Usage = c.Usage
 	calls := make([]llms.ToolCall, len(c.Calls))
 	for i, call := range c.Calls {
@@ -84,7 +85,7 @@ func cacheKey(scope, model string, msgs []llms.MessageContent, tools []llms.Tool
 // reply of the same call in flight for another task. A reply it did not
 // make streams as the call would have, in one piece; cached says so, and
 // shared that it was the call in flight's.
-func (a *Agent) generate(ctx context.Context, t *flow.Task, m Model, msgs []llms.MessageContent, tools []llms.Tool, opts []llms.CallOption) (reply cachedReply, cached, shared bool, err error) {
+func (a *Agent) generate(ctx context.Context, t *engine.Task, m Model, msgs []llms.MessageContent, tools []llms.Tool, opts []llms.CallOption) (reply cachedReply, cached, shared bool, err error) {
 	if a.Cache == nil || t.Cache == "" {
 		reply, err = call(ctx, m, msgs, opts, len(t.Tags) > 0)
 		return reply, false, false, err

@@ -7,6 +7,7 @@ import (
 
 	"superego/agents"
 	"superego/agents/agentstest"
+	"superego/engine"
 	"superego/flow"
 	"superego/tools"
 )
@@ -22,12 +23,12 @@ func TestRepliesAreCachedByScope(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	runWith := func(scope string) (flow.Outcome, []flow.Step, string) {
+	runWith := func(scope string) (engine.Outcome, []flow.Step, string) {
 		var steps []flow.Step
 		var partials strings.Builder
-		out := (&flow.Executor{Agent: agent}).Run(context.Background(),
-			flow.Turn{FlowID: "calc", Def: d, InstanceID: "i", RunID: "r", Input: "What is 6*7?", Options: flow.RunOptions{Cache: scope}},
-			flow.Sink{Emit: func(evs ...flow.Event) error {
+		out := (&engine.Executor{Agent: agent}).Run(context.Background(),
+			engine.Turn{FlowID: "calc", Def: d, InstanceID: "i", RunID: "r", Input: "What is 6*7?", Options: flow.RunOptions{Cache: scope}},
+			engine.Sink{Emit: func(evs ...flow.Event) error {
 				for _, e := range evs {
 					switch d := e.Data.(type) {
 					case flow.Step:

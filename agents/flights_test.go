@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"superego/agents/agentstest"
+	"superego/engine"
 	"superego/flow"
 )
 
@@ -56,7 +57,7 @@ func TestIdenticalCallsInFlightAreMadeOnce(t *testing.T) {
 	}
 	const tasks = 16
 	type result struct {
-		reply    flow.Reply
+		reply    engine.Reply
 		streamed string
 		err      error
 	}
@@ -64,7 +65,7 @@ func TestIdenticalCallsInFlightAreMadeOnce(t *testing.T) {
 	for i := range tasks {
 		go func() {
 			var streamed strings.Builder
-			task := &flow.Task{FlowID: "one", Node: d.Graph.Nodes["assistant"], StepID: string(rune('a' + i)), UserMessage: "Same question.",
+			task := &engine.Task{FlowID: "one", Node: d.Graph.Nodes["assistant"], StepID: string(rune('a' + i)), UserMessage: "Same question.",
 				Input: "Same question.", Decisions: []string{"COMPLETE"}, Cache: "repeat:0"}
 			reply, err := agent.Act(context.Background(), task, func(ev flow.Event) {
 				if p, ok := ev.Data.(flow.Partial); ok {
@@ -187,8 +188,8 @@ func TestCallJustMadeIsNotMadeAgain(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	task := func(scope string) *flow.Task {
-		return &flow.Task{FlowID: "one", Node: d.Graph.Nodes["assistant"], StepID: "1", UserMessage: "Q", Input: "Q", Decisions: []string{"COMPLETE"}, Cache: scope}
+	task := func(scope string) *engine.Task {
+		return &engine.Task{FlowID: "one", Node: d.Graph.Nodes["assistant"], StepID: "1", UserMessage: "Q", Input: "Q", Decisions: []string{"COMPLETE"}, Cache: scope}
 	}
 	var cached []bool
 	for _, scope := range []string{"repeat:0", "repeat:0", "repeat:1"} {

@@ -8,6 +8,7 @@ import (
 
 	"github.com/tmc/langchaingo/llms"
 
+	"superego/engine"
 	"superego/flow"
 )
 
@@ -32,7 +33,7 @@ type Observer struct {
 
 // ModelCall is a model call.
 type ModelCall struct {
-	Task     *flow.Task
+	Task     *engine.Task
 	Provider string    // "openai", "anthropic", "ollama", "offline", …
 	Model    string    // as the provider names it
 	Prompt   []Message // with Observer.Content only
@@ -59,7 +60,7 @@ type ModelResult struct {
 
 // ToolCall is a tool call.
 type ToolCall struct {
-	Task  *flow.Task
+	Task  *engine.Task
 	Tool  string // a tool the agent has; "unknown" for a name a model made up
 	Start time.Time
 }
@@ -68,7 +69,7 @@ type ToolCall struct {
 const hiddenText = "[hidden]"
 
 // modelStarted tells the observer of a model call about to start.
-func (o *Observer) modelStarted(ctx context.Context, t *flow.Task, m Model, msgs []llms.MessageContent, start time.Time) (context.Context, ModelCall) {
+func (o *Observer) modelStarted(ctx context.Context, t *engine.Task, m Model, msgs []llms.MessageContent, start time.Time) (context.Context, ModelCall) {
 	if o == nil || o.ModelStarted == nil && o.ModelEnded == nil {
 		return ctx, ModelCall{}
 	}
@@ -111,7 +112,7 @@ func (o *Observer) modelEnded(callCtx context.Context, c ModelCall, got cachedRe
 
 // toolStarted tells the observer of a call of a tool the node was offered,
 // its name the call's label.
-func (a *Agent) toolStarted(ctx context.Context, t *flow.Task, name string) (context.Context, ToolCall) {
+func (a *Agent) toolStarted(ctx context.Context, t *engine.Task, name string) (context.Context, ToolCall) {
 	o := a.Observe
 	if o == nil || o.ToolStarted == nil && o.ToolEnded == nil {
 		return ctx, ToolCall{}
@@ -158,7 +159,7 @@ func providerModel(name string) (provider, model string) {
 // of supervised_* tools are replaced whole: they quote the conversation,
 // a draft under judgement included.
 func promptText(msgs []llms.MessageContent, hidden []string) []Message {
-	hide := flow.Hider(hidden)
+	hide := engine.Hider(hidden)
 	roles := map[llms.ChatMessageType]string{llms.ChatMessageTypeSystem: "system", llms.ChatMessageTypeHuman: "user",
 		llms.ChatMessageTypeAI: "assistant", llms.ChatMessageTypeTool: "tool"}
 	out := make([]Message, 0, len(msgs))

@@ -8,6 +8,7 @@ import (
 
 	"github.com/tmc/langchaingo/llms"
 
+	"superego/engine"
 	"superego/flow"
 )
 
@@ -48,7 +49,7 @@ const maxQuoted = 600
 // writeAction writes what a judge of a call or a result is shown (SPEC
 // §3c). What a tool or its result says is untrusted: it is fenced, and the
 // judge is told not to follow it.
-func writeAction(b *strings.Builder, user string, a *flow.Action) {
+func writeAction(b *strings.Builder, user string, a *engine.Action) {
 	b.WriteString("The user's message for this turn:\n" + user + "\n\n")
 	if len(a.Earlier) > 0 {
 		b.WriteString("The agent's earlier tool calls, with their results as it read them:\n")
@@ -92,7 +93,7 @@ type prompt struct {
 }
 
 // promptOf builds the node's prompt.
-func promptOf(t *flow.Task) prompt {
+func promptOf(t *engine.Task) prompt {
 	var head, floor strings.Builder
 	n := t.Node
 	switch {
@@ -241,7 +242,7 @@ const clientInstructions = "The instructions the client's developer gave its age
 // instance's rules and references (context, rendered) and the previous
 // agent's guidance, and this node's tool calls so far as native tool
 // messages.
-func messages(t *flow.Task, system, context string) []llms.MessageContent {
+func messages(t *engine.Task, system, context string) []llms.MessageContent {
 	msgs := make([]llms.MessageContent, 0, len(t.History)+2+2*len(t.ToolRounds))
 	msgs = append(msgs, llms.TextParts(llms.ChatMessageTypeSystem, system))
 	for _, s := range t.History {

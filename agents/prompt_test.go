@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"superego/engine"
 	"superego/flow"
 )
 
@@ -12,7 +13,7 @@ import (
 // users bring, and each call gets its own stack's prompt.
 func TestStackedPromptsAreBounded(t *testing.T) {
 	node := &flow.Node{Name: "in", Type: flow.Superego, Constitution: "FLOOR"}
-	p := promptOf(&flow.Task{Node: node, Decisions: []string{flow.Accept, flow.Block}})
+	p := promptOf(&engine.Task{Node: node, Decisions: []string{flow.Accept, flow.Block}})
 	var s stacked
 	for i := range 3 * maxStacked {
 		name := "c" + strconv.Itoa(i)

@@ -12,6 +12,7 @@ import (
 
 	"github.com/tmc/langchaingo/llms"
 
+	"superego/engine"
 	"superego/flow"
 	"superego/gateway"
 	"superego/tools"
@@ -24,10 +25,10 @@ import (
 // with this turn's rounds of calls as the model made them and their results
 // as judged; it answers in its own protocol, not in the judges' JSON: a
 // reply with calls is NEEDS_TOOL, any other COMPLETE.
-func (a *Agent) relay(ctx context.Context, t *flow.Task, m Model, emit func(flow.Event), timeout time.Duration) (flow.Reply, error) {
+func (a *Agent) relay(ctx context.Context, t *engine.Task, m Model, emit func(flow.Event), timeout time.Duration) (engine.Reply, error) {
 	req, err := gateway.Reread(t.Client.Wire, t.Client.Body)
 	if err != nil {
-		return flow.Reply{}, fmt.Errorf("%w: the client's request, as recorded: %w", flow.ErrModelUnavailable, err)
+		return engine.Reply{}, fmt.Errorf("%w: the client's request, as recorded: %w", flow.ErrModelUnavailable, err)
 	}
 	o := a.offer(t)
 	turn := gateway.Turn{Model: m.ID, System: strings.TrimSpace(t.Node.SystemPrompt)}
@@ -61,12 +62,12 @@ func (a *Agent) relay(ctx context.Context, t *flow.Task, m Model, emit func(flow
 	}
 	gate := t.Calls
 	if gate == nil {
-		gate = flow.Ungated(emit)
+		gate = engine.Ungated(emit)
 	}
 	toolCtx := tools.WithInstance(ctx, t.InstanceID)
 	propose := func(i int, c gateway.Call) {
 		use, info, run := a.prepare(t, o, llms.ToolCall{ID: c.ID, Type: "function", FunctionCall: &llms.FunctionCall{Name: c.Name, Arguments: c.Args}}, i, timeout)
-		gate.Propose(i, use, info, func(_ context.Context, input json.RawMessage) flow.Result { return run(toolCtx, input) })
+		gate.Propose(i, use, info, func(_ context.Context, input json.RawMessage) engine.Result { return run(toolCtx, input) })
 	}
 	sink := gateway.Sink{
 		Text: func(delta string) {
@@ -86,7 +87,7 @@ func (a *Agent) relay(ctx context.Context, t *flow.Task, m Model, emit func(flow
 		}
 	}
 	got, err := up.Call(callCtx, req.For(turn), sink)
-	reply := flow.Reply{Model: m.Name, Latency: time.Since(start), Response: got.Text}
+	reply := engine.Reply{Model: m.Name, Latency: time.Since(start), Response: got.Text}
 	if len(got.Thinking) > 0 {
 		// The model's reasoning, which Anthropic wants back with its
 		// calls: hidden, as every step's thinking is.
@@ -126,7 +127,7 @@ func (a *Agent) relay(ctx context.Context, t *flow.Task, m Model, emit func(flow
 // relays reports whether the task's model call goes as its client's own
 // request (relay): the agent takes a model API client's request, its
 // model speaks a protocol, and no person's answer decides its calls.
-func relays(t *flow.Task, m Model) bool {
+func relays(t *engine.Task, m Model) bool {
 	return t.Client != nil && len(t.Client.Body) > 0 && m.Upstream != nil && len(t.Approved) == 0 &&
 		slices.Contains([]string{gateway.Chat, gateway.Responses, gateway.Messages}, t.Client.Wire)
 }

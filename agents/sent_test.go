@@ -7,6 +7,7 @@ import (
 
 	"superego/agents"
 	"superego/agents/agentstest"
+	"superego/engine"
 	"superego/flow"
 	"superego/tools"
 )
@@ -32,9 +33,9 @@ func TestStepsSayWhatTheProviderServedAndWasSent(t *testing.T) {
 			}
 			run := func(opts flow.RunOptions) []flow.Step {
 				var steps []flow.Step
-				(&flow.Executor{Agent: agent}).Run(context.Background(),
-					flow.Turn{FlowID: "calc", Def: d, InstanceID: "i", RunID: "r", Input: "What is 5*10?", Options: opts},
-					flow.Sink{Emit: func(evs ...flow.Event) error {
+				(&engine.Executor{Agent: agent}).Run(context.Background(),
+					engine.Turn{FlowID: "calc", Def: d, InstanceID: "i", RunID: "r", Input: "What is 5*10?", Options: opts},
+					engine.Sink{Emit: func(evs ...flow.Event) error {
 						for _, e := range evs {
 							if s, ok := e.Data.(flow.Step); ok && s.Model != "" {
 								steps = append(steps, s)

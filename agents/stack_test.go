@@ -7,6 +7,7 @@ import (
 
 	"superego/agents"
 	"superego/agents/agentstest"
+	"superego/engine"
 	"superego/flow"
 	"superego/tools"
 )
@@ -162,9 +163,9 @@ func executeStacked(t *testing.T, agent *agents.Agent, lib flow.Library, stack [
 		t.Fatal(err)
 	}
 	var r run
-	r.out = (&flow.Executor{Agent: agent, Library: lib}).Run(context.Background(),
-		flow.Turn{FlowID: "s", Def: d, InstanceID: "i", RunID: "r", Input: userInput, Options: flow.RunOptions{Stack: stack}},
-		flow.Sink{Emit: func(evs ...flow.Event) error { r.events = append(r.events, evs...); return nil }})
+	r.out = (&engine.Executor{Agent: agent, Library: lib}).Run(context.Background(),
+		engine.Turn{FlowID: "s", Def: d, InstanceID: "i", RunID: "r", Input: userInput, Options: flow.RunOptions{Stack: stack}},
+		engine.Sink{Emit: func(evs ...flow.Event) error { r.events = append(r.events, evs...); return nil }})
 	return r
 }
 

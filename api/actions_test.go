@@ -19,7 +19,9 @@ import (
 	"superego/agents"
 	"superego/agents/agentstest"
 	"superego/api"
+	"superego/engine"
 	"superego/flow"
+	"superego/memstore"
 	"superego/telemetry"
 	"superego/tools"
 	"superego/tools/mcptest"
@@ -100,8 +102,8 @@ func serveActionsTrusting(t *testing.T, trust bool, defs map[string]string, play
 	}
 	model := agentstest.OpenAI(t, play)
 	p := &agents.Providers{Default: "openai:gpt-test", OpenAIKey: "k", OpenAIBaseURL: model.URL + "/v1"}
-	engine := &flow.Engine{Flows: flows, Exec: &flow.Executor{Agent: &agents.Agent{Model: p.Model, Tools: set, MCP: m, Workspaces: ws, Timeout: 5 * time.Second}},
-		Store: &flow.MemStore{}, Log: log}
+	engine := &engine.Engine{Flows: flows, Exec: &engine.Executor{Agent: &agents.Agent{Model: p.Model, Tools: set, MCP: m, Workspaces: ws, Timeout: 5 * time.Second}},
+		Store: &memstore.Store{}, Log: log}
 	srv := httptest.NewServer((&api.Server{Engine: engine, Model: "openai:gpt-test", MCP: m, Workspaces: ws, AdminToken: "admin-secret", Log: log}).Handler())
 	t.Cleanup(func() {
 		srv.Close()
@@ -345,7 +347,7 @@ func TestAnAskedCallWaitsForAPerson(t *testing.T) {
 			t.Fatal("the call ran before its review")
 		}
 		var inst struct {
-			Reviews []flow.PendingReview `json:"reviews"`
+			Reviews []engine.PendingReview `json:"reviews"`
 		}
 		json.Unmarshal([]byte(body(t, f.do(t, "GET", "/flow/instances/"+res.InstanceID, ""))), &inst)
 		if len(inst.Reviews) != 1 || inst.Reviews[0].ReviewID != "w1" || inst.Reviews[0].Kind != "tool_call" || inst.Reviews[0].ToolName != "write_file" ||

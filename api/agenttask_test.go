@@ -12,6 +12,7 @@ import (
 	"superego/agents/agentstest"
 	"superego/api"
 	"superego/flow"
+	"superego/memstore"
 )
 
 // An agent's task through guarded_agent, as an agent framework runs it:
@@ -138,7 +139,7 @@ func taskModel(r agentstest.Request) agentstest.Answer {
 // the /v1 fixtures' API keys.
 func newTaskFixture(t *testing.T) *fixture {
 	t.Helper()
-	return newTaskFixtureOn(t, &flow.MemStore{})
+	return newTaskFixtureOn(t, &memstore.Store{})
 }
 
 func newTaskFixtureOn(t *testing.T, store flow.Store) *fixture {

@@ -23,7 +23,9 @@ import (
 	"superego/agents"
 	"superego/agents/agentstest"
 	"superego/api"
+	"superego/engine"
 	"superego/flow"
+	"superego/memstore"
 	"superego/sqlite"
 	"superego/tools"
 )
@@ -88,7 +90,7 @@ func script(gate <-chan struct{}) func(agentstest.Request) agentstest.Answer {
 type fixture struct {
 	url    string
 	srv    *httptest.Server
-	engine *flow.Engine
+	engine *engine.Engine
 	model  *agentstest.Server
 	logs   *syncBuffer
 	ws     *tools.Workspaces
@@ -112,7 +114,7 @@ func (s *syncBuffer) String() string {
 }
 
 func newFixture(t testing.TB, gate <-chan struct{}, maxRuns int) *fixture {
-	return newFixtureOn(t, &flow.MemStore{}, gate, maxRuns)
+	return newFixtureOn(t, &memstore.Store{}, gate, maxRuns)
 }
 
 func newFixtureOn(t testing.TB, store flow.Store, gate <-chan struct{}, maxRuns int) *fixture {
@@ -126,7 +128,7 @@ func newFixtureOn(t testing.TB, store flow.Store, gate <-chan struct{}, maxRuns 
 
 // stores are the stores the durability tests run on.
 var stores = map[string]func(testing.TB) flow.Store{
-	"memory": func(testing.TB) flow.Store { return &flow.MemStore{} },
+	"memory": func(testing.TB) flow.Store { return &memstore.Store{} },
 	"sqlite": func(t testing.TB) flow.Store {
 		s, err := sqlite.Open(filepath.Join(t.TempDir(), "superego.db"))
 		if err != nil {
@@ -171,7 +173,7 @@ func serveWith(t testing.TB, defs map[string]string, store flow.Store, resolve f
 	}
 	logs := &syncBuffer{}
 	log := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	engine := &flow.Engine{Flows: flows, Exec: &flow.Executor{Agent: &agents.Agent{Model: resolve, Tools: toolset, Timeout: 2 * time.Second, Workspaces: ws}},
+	engine := &engine.Engine{Flows: flows, Exec: &engine.Executor{Agent: &agents.Agent{Model: resolve, Tools: toolset, Timeout: 2 * time.Second, Workspaces: ws}},
 		Store: store, MaxRuns: maxRuns, Log: log}
 	s := &api.Server{Engine: engine, Workspaces: ws, Model: "openai:gpt-test", AdminToken: "admin-secret", Log: log,
 		Refused: []flow.Refused{{ID: "broken", Errors: []string{`graph.start: unknown node "x"`}}}}

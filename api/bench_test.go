@@ -11,7 +11,7 @@ import (
 
 	"superego/agents"
 	"superego/agents/agentstest"
-	"superego/flow"
+	"superego/memstore"
 )
 
 // BenchmarkExecuteSSE is POST /flow/execute and its whole event stream over
@@ -28,7 +28,7 @@ func BenchmarkExecuteJSON(b *testing.B) {
 
 func benchExecute(b *testing.B, accept string) {
 	model := agents.Model{LLM: agentstest.Func(script(nil)), Name: "func"}
-	f := newServer(b, &flow.MemStore{}, func(string) (agents.Model, error) { return model, nil }, 0)
+	f := newServer(b, &memstore.Store{}, func(string) (agents.Model, error) { return model, nil }, 0)
 	f.engine.Log = slog.New(slog.DiscardHandler)
 	client := f.srv.Client()
 	b.ReportAllocs()
@@ -55,7 +55,7 @@ func benchExecute(b *testing.B, accept string) {
 func BenchmarkFollowedRun(b *testing.B) {
 	gate := make(chan struct{})
 	model := agents.Model{LLM: agentstest.Func(script(gate)), Name: "func"}
-	f := newServer(b, &flow.MemStore{}, func(string) (agents.Model, error) { return model, nil }, 0)
+	f := newServer(b, &memstore.Store{}, func(string) (agents.Model, error) { return model, nil }, 0)
 	f.engine.Log = slog.New(slog.DiscardHandler)
 	client := f.srv.Client()
 	get := func(method, path, body string) *http.Response {

@@ -9,6 +9,7 @@ import (
 
 	"superego/api"
 	"superego/flow"
+	"superego/memstore"
 )
 
 // waitListings is a store that counts how often the instances that wait
@@ -30,7 +31,7 @@ func (s *waitListings) List(ctx context.Context, opt flow.ListOptions) ([]flow.S
 // every task a server has had; one whose calls a server did not send
 // itself (it restarted, or another replica sent them) still finds it.
 func TestResultsFindTheirInstanceAtOnce(t *testing.T) {
-	store := &waitListings{Store: &flow.MemStore{}}
+	store := &waitListings{Store: &memstore.Store{}}
 	f := newTaskFixtureOn(t, store)
 	answers, _ := clientLoop(t, f, "What is the weather in Paris? E-mail it to me@example.com.", "")
 	if len(answers) != 3 || answers[2].instance != answers[0].instance {

@@ -23,6 +23,7 @@ import (
 	"superego/agents/agentstest"
 	"superego/api"
 	"superego/flow"
+	"superego/memstore"
 )
 
 // Claude Code through the guard: the real CLI (npm @anthropic-ai/claude-code,
@@ -261,7 +262,7 @@ func newCoderFixture(tb testing.TB, s *codingSession) (*fixture, *agentstest.Ser
 	}
 	model := agentstest.Anthropic(tb, s.script)
 	p := &agents.Providers{Default: "anthropic:claude-test", AnthropicKey: "ak", AnthropicBaseURL: model.URL}
-	f := serveWith(tb, map[string]string{"guarded_coder": string(def)}, &flow.MemStore{}, p.Model, 0, func(s *api.Server) {
+	f := serveWith(tb, map[string]string{"guarded_coder": string(def)}, &memstore.Store{}, p.Model, 0, func(s *api.Server) {
 		s.APIKeys = []string{apiKey}
 	})
 	return f, model

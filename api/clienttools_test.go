@@ -12,6 +12,7 @@ import (
 	"superego/agents/agentstest"
 	"superego/api"
 	"superego/flow"
+	"superego/memstore"
 )
 
 // clientTools are the client's function tools of these tests.
@@ -93,7 +94,7 @@ func newAgentFixture(t *testing.T, defs map[string]string, set func(*api.Server)
 	m := &agentModel{asked: map[string]int{}}
 	model := agentstest.OpenAI(t, m.script)
 	p := &agents.Providers{Default: "openai:gpt-test", OpenAIKey: "k", OpenAIBaseURL: model.URL + "/v1"}
-	f := serveWith(t, all, &flow.MemStore{}, p.Model, 0, func(s *api.Server) {
+	f := serveWith(t, all, &memstore.Store{}, p.Model, 0, func(s *api.Server) {
 		s.APIKeys = []string{apiKey, otherAPIKey}
 		if set != nil {
 			set(s)

@@ -12,7 +12,7 @@ import (
 	"superego/agents"
 	"superego/agents/agentstest"
 	"superego/api"
-	"superego/flow"
+	"superego/memstore"
 )
 
 // codexModel plays guarded_coder for Codex: its model runs two shell
@@ -67,7 +67,7 @@ func TestCodex(t *testing.T) {
 	}
 	model := agentstest.OpenAI(t, codexModel)
 	p := &agents.Providers{Default: "openai:gpt-test", OpenAIKey: "k", OpenAIBaseURL: model.URL + "/v1"}
-	f := serveWith(t, map[string]string{"guarded_coder": string(def)}, &flow.MemStore{}, p.Model, 0, func(s *api.Server) {
+	f := serveWith(t, map[string]string{"guarded_coder": string(def)}, &memstore.Store{}, p.Model, 0, func(s *api.Server) {
 		s.APIKeys = []string{apiKey}
 	})
 

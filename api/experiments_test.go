@@ -20,8 +20,10 @@ import (
 	"superego/agents"
 	"superego/agents/agentstest"
 	"superego/api"
+	"superego/engine"
 	"superego/experiment"
 	"superego/flow"
+	"superego/memstore"
 	"superego/tools"
 )
 
@@ -100,8 +102,8 @@ func newLabFixture(t *testing.T, dir string) *labFixture {
 	logs := &syncBuffer{}
 	log := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	store := &experiment.MemStore{}
-	engine := &flow.Engine{Flows: flows, Exec: &flow.Executor{Agent: &agents.Agent{Model: p.Model, Tools: set, Timeout: 5 * time.Second, Workspaces: ws, Cache: store}},
-		Store: &flow.MemStore{}, Log: log}
+	engine := &engine.Engine{Flows: flows, Exec: &engine.Executor{Agent: &agents.Agent{Model: p.Model, Tools: set, Timeout: 5 * time.Second, Workspaces: ws, Cache: store}},
+		Store: &memstore.Store{}, Log: log}
 	lab := &experiment.Lab{Engine: engine, Store: store, Log: log,
 		Env: experiment.Env{Flows: flows, Constitutions: texts, Providers: agents.ProviderNames, Dir: dir, Confined: true}}
 	srv := httptest.NewServer((&api.Server{Engine: engine, Experiments: lab, Log: log, AdminToken: "admin-secret"}).Handler())

@@ -14,6 +14,7 @@ import (
 	"superego/agents"
 	"superego/agents/agentstest"
 	"superego/flow"
+	"superego/memstore"
 )
 
 // Markers in drafts: an assistant's response and its tool call's input.
@@ -220,7 +221,7 @@ func TestWithheldDraftsReachNoClient(t *testing.T) {
 // A revision loop: the reviewer sends the first draft back; it is withheld,
 // the second goes out.
 func TestRevisionLoopWithholdsTheFirstDraftOnly(t *testing.T) {
-	f, _ := newGateFixture(t, &flow.MemStore{})
+	f, _ := newGateFixture(t, &memstore.Store{})
 	var res runResult
 	json.Unmarshal([]byte(body(t, f.do(t, "POST", "/flow/execute", `{"flow_id": "revising", "input": "revise me"}`, "Accept", "application/json"))), &res)
 	if res.Status != "completed" || res.Response != draftMarker+"-1 the answer is 42." {
@@ -258,7 +259,7 @@ func everyClientPathRaw(t *testing.T, f *fixture, id string) string {
 
 // Cancelling a run while its draft is held withholds the draft.
 func TestCancelWhileHeldWithholds(t *testing.T) {
-	f, g := newGateFixture(t, &flow.MemStore{})
+	f, g := newGateFixture(t, &memstore.Store{})
 	resp := f.do(t, "POST", "/flow/execute", `{"flow_id": "gated", "input": "judge hangs"}`)
 	<-g.hang
 	list := body(t, f.do(t, "GET", "/flow/instances", ""))
@@ -277,7 +278,7 @@ func TestCancelWhileHeldWithholds(t *testing.T) {
 // ACCEPT releases every held event, in order, before the judge's step; ids
 // grow on the live stream and on a replay from every event id.
 func TestAcceptReleasesHeldEventsInOrder(t *testing.T) {
-	f, _ := newGateFixture(t, &flow.MemStore{})
+	f, _ := newGateFixture(t, &memstore.Store{})
 	events := readSSE(t, f.do(t, "POST", "/flow/execute", `{"flow_id": "gated", "input": "What is 6*7?"}`).Body)
 	var names []string
 	for i, e := range events {
@@ -332,7 +333,7 @@ func TestAcceptReleasesHeldEventsInOrder(t *testing.T) {
 // An inner agent no superego judges streams as it always did: its partials
 // arrive while its call is still going.
 func TestUngatedAgentStreamsLive(t *testing.T) {
-	f, g := newGateFixture(t, &flow.MemStore{})
+	f, g := newGateFixture(t, &memstore.Store{})
 	g.pause = make(chan struct{})
 	resp := f.do(t, "POST", "/flow/execute", `{"flow_id": "open", "input": "stream please"}`)
 	defer resp.Body.Close()
@@ -360,7 +361,7 @@ func TestUngatedAgentStreamsLive(t *testing.T) {
 // the assistant writes, the third is withheld, which stops the assistant,
 // and nothing after the second chunk reaches the client.
 func TestChunkedJudgingWithholdsTheThirdChunk(t *testing.T) {
-	f, _ := newGateFixture(t, &flow.MemStore{})
+	f, _ := newGateFixture(t, &memstore.Store{})
 	stream := body(t, f.do(t, "POST", "/flow/execute", `{"flow_id": "chunked", "input": "write a long draft"}`))
 	noDraft(t, "the stream", stream)
 	var released strings.Builder

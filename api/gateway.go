@@ -19,6 +19,7 @@ import (
 
 	"github.com/go-chi/chi/v5"
 
+	"superego/engine"
 	"superego/flow"
 	"superego/gateway"
 )
@@ -237,7 +238,7 @@ func (s *Server) model(wire string) http.HandlerFunc {
 			return err
 		}
 		opts.Owner = owner
-		var sub *flow.Subscription
+		var sub *engine.Subscription
 		if results := req.Results(); len(results) > 0 && opts.Client != nil {
 			answers := make([]flow.ClientResult, len(results))
 			for i, res := range results {
@@ -249,14 +250,14 @@ func (s *Server) model(wire string) http.HandlerFunc {
 			}
 			if id != "" {
 				opts.Results = answers
-				if sub, err = s.Engine.Start(r.Context(), flow.Request{FlowID: flowID, InstanceID: id, Continue: true, Options: opts}); err != nil {
+				if sub, err = s.Engine.Start(r.Context(), engine.Request{FlowID: flowID, InstanceID: id, Continue: true, Options: opts}); err != nil {
 					return err
 				}
 			}
 		}
 		if sub == nil {
 			prior, input := transcript(req, opts.Client != nil)
-			if sub, err = s.Engine.Start(r.Context(), flow.Request{FlowID: flowID, Prior: prior, Input: input, Options: opts}); err != nil {
+			if sub, err = s.Engine.Start(r.Context(), engine.Request{FlowID: flowID, Prior: prior, Input: input, Options: opts}); err != nil {
 				return err
 			}
 		}
@@ -367,7 +368,7 @@ func (s *Server) clientOptions(req *gateway.Request, def *flow.Definition, upstr
 	}
 	tools := make([]flow.ClientTool, len(req.Tools))
 	for i, t := range req.Tools {
-		if slices.ContainsFunc(agent.Tools, func(own string) bool { return flow.ToolMatches(own, t.Name) }) {
+		if slices.ContainsFunc(agent.Tools, func(own string) bool { return engine.ToolMatches(own, t.Name) }) {
 			at := gateway.ToolParam(req.Wire, i)
 			return opts, invalidParam(at, "Invalid '%s': %q is a tool of the flow's agent %s; give the client's tool another name.", at, t.Name, agent.Name)
 		}
@@ -445,7 +446,7 @@ func (s *Server) waitingFor(r *http.Request, flowID, owner string, results []flo
 			return "", err
 		}
 		st := flow.Replay(events)
-		waiting := flow.WaitingCalls(st.Steps)
+		waiting := engine.WaitingCalls(st.Steps)
 		if !slices.ContainsFunc(waiting, answers) {
 			continue
 		}
@@ -468,7 +469,7 @@ func (s *Server) waitingFor(r *http.Request, flowID, owner string, results []flo
 type answering struct {
 	s      *Server
 	req    *gateway.Request
-	sub    *flow.Subscription
+	sub    *engine.Subscription
 	flow   string
 	def    *flow.Definition
 	answer gateway.Answer // its id, model and time, once the run has started

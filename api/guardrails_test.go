@@ -4,14 +4,14 @@ import (
 	"encoding/json"
 	"testing"
 
-	"superego/flow"
+	"superego/memstore"
 )
 
 // The JSON answer of POST /flow/execute carries a guardrails object in
 // promptfoo's shape: what the superegos stopped, and why.
 func TestGuardrailsInTheJSONAnswer(t *testing.T) {
 	calc := newFixture(t, nil, 0)
-	gated, _ := newGateFixture(t, &flow.MemStore{})
+	gated, _ := newGateFixture(t, &memstore.Store{})
 	for _, c := range []struct {
 		f          *fixture
 		flow, text string

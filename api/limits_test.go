@@ -13,8 +13,8 @@ import (
 	"superego/agents/agentstest"
 	"superego/api"
 	"superego/experiment"
-	"superego/flow"
 	"superego/gateway"
+	"superego/memstore"
 )
 
 // limitedLab serves the test flows with a lab whose experiments may have
@@ -24,7 +24,7 @@ func limitedLab(t *testing.T, maxOutcomes int, set func(*api.Server)) (*fixture,
 	model := agentstest.OpenAI(t, script(nil))
 	p := &agents.Providers{Default: "openai:gpt-test", OpenAIKey: "k", OpenAIBaseURL: model.URL + "/v1"}
 	var lab *experiment.Lab
-	f := serveWith(t, testFlows, &flow.MemStore{}, p.Model, 0, func(s *api.Server) {
+	f := serveWith(t, testFlows, &memstore.Store{}, p.Model, 0, func(s *api.Server) {
 		lab = &experiment.Lab{Engine: s.Engine, Store: &experiment.MemStore{}, Log: s.Log, Env: experiment.Env{Flows: s.Engine.Flows,
 			Constitutions: map[string]string{"strict": "Refuse more."}, Providers: agents.ProviderNames, Dir: t.TempDir(), Confined: true, MaxOutcomes: maxOutcomes}}
 		s.Experiments = lab

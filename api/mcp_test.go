@@ -21,7 +21,9 @@ import (
 	"superego/agents"
 	"superego/agents/agentstest"
 	"superego/api"
+	"superego/engine"
 	"superego/flow"
+	"superego/memstore"
 	"superego/tools"
 	"superego/tools/mcptest"
 )
@@ -91,8 +93,8 @@ func serveMCP(t *testing.T, defs map[string]string, play func(agentstest.Request
 	}
 	model := agentstest.OpenAI(t, play)
 	p := &agents.Providers{Default: "openai:gpt-test", OpenAIKey: "k", OpenAIBaseURL: model.URL + "/v1"}
-	engine := &flow.Engine{Flows: flows, Exec: &flow.Executor{Agent: &agents.Agent{Model: p.Model, Tools: set, MCP: m, Timeout: 5 * time.Second}},
-		Store: &flow.MemStore{}, Log: log}
+	engine := &engine.Engine{Flows: flows, Exec: &engine.Executor{Agent: &agents.Agent{Model: p.Model, Tools: set, MCP: m, Timeout: 5 * time.Second}},
+		Store: &memstore.Store{}, Log: log}
 	srv := httptest.NewServer((&api.Server{Engine: engine, Model: "openai:gpt-test", MCP: m, Log: log}).Handler())
 	t.Cleanup(func() {
 		srv.Close()

@@ -23,6 +23,7 @@ import (
 	"superego/agents/agentstest"
 	"superego/api"
 	"superego/flow"
+	"superego/memstore"
 )
 
 // The keys the /v1 fixtures accept.
@@ -50,7 +51,7 @@ func newHangingOpenAIFixture(t testing.TB, maxRuns int, hung chan<- struct{}) *f
 		return a
 	})
 	p := &agents.Providers{Default: "openai:gpt-test", OpenAIKey: "k", OpenAIBaseURL: model.URL + "/v1"}
-	f := serveWith(t, testFlows, &flow.MemStore{}, p.Model, maxRuns, func(s *api.Server) { s.APIKeys = []string{apiKey, otherAPIKey} })
+	f := serveWith(t, testFlows, &memstore.Store{}, p.Model, maxRuns, func(s *api.Server) { s.APIKeys = []string{apiKey, otherAPIKey} })
 	f.model = model
 	return f
 }
@@ -71,7 +72,7 @@ func newGatedOpenAIFixture(t testing.TB) (*fixture, *gateModel) {
 	p := &agents.Providers{Default: "openai:gpt-test", OpenAIKey: "k", OpenAIBaseURL: model.URL + "/v1"}
 	defs := maps.Clone(gatedFlows)
 	defs["speculating"] = speculating
-	f := serveWith(t, defs, &flow.MemStore{}, p.Model, 0, func(s *api.Server) { s.APIKeys = []string{apiKey} })
+	f := serveWith(t, defs, &memstore.Store{}, p.Model, 0, func(s *api.Server) { s.APIKeys = []string{apiKey} })
 	f.model = model
 	return f, g
 }
@@ -834,7 +835,7 @@ func TestOpenAIStreamThatIsNotTheAnswerEndsWithAnError(t *testing.T) {
 	}))
 	t.Cleanup(model.Close)
 	p := &agents.Providers{Default: "openai:gpt-test", OpenAIKey: "k", OpenAIBaseURL: model.URL + "/v1"}
-	f := serveWith(t, defs, &flow.MemStore{}, p.Model, 0, nil)
+	f := serveWith(t, defs, &memstore.Store{}, p.Model, 0, nil)
 
 	resp := f.do(t, "POST", "/v1/chat/completions", chat("judge", true, "user", "hello"))
 	s := readChunks(t, resp.Body)

@@ -20,8 +20,10 @@ import (
 	"superego/agents"
 	"superego/agents/agentstest"
 	"superego/api"
+	"superego/engine"
 	"superego/experiment"
 	"superego/flow"
+	"superego/memstore"
 )
 
 func get(t *testing.T, url string) (int, string, string) {
@@ -86,7 +88,7 @@ func TestOpenAPIMatchesRoutes(t *testing.T) {
 			}
 		}
 	}
-	handler := (&api.Server{Engine: &flow.Engine{}}).Handler()
+	handler := (&api.Server{Engine: &engine.Engine{}}).Handler()
 	err := chi.Walk(handler.(chi.Routes), func(method, route string, _ http.Handler, _ ...func(http.Handler) http.Handler) error {
 		// chi's catch-all is OpenAPI's {path}.
 		registered = append(registered, method+" "+strings.Replace(route, "/*", "/{path}", 1))
@@ -166,7 +168,7 @@ func TestPageInBrowser(t *testing.T) {
 		t.Fatal(err)
 	}
 	f := serveWith(t, map[string]string{"basic_calculator": string(seed), "supervised_assistant": string(supervisedDef), "gated": gatedFlows["gated"]},
-		&flow.MemStore{}, p.Model, 0, func(s *api.Server) {
+		&memstore.Store{}, p.Model, 0, func(s *api.Server) {
 			lab := &experiment.Lab{Engine: s.Engine, Store: &experiment.MemStore{},
 				Env: experiment.Env{Flows: s.Engine.Flows, Constitutions: texts, Providers: agents.ProviderNames, Dir: t.TempDir(), Confined: true}}
 			t.Cleanup(func() { lab.Stop(experiment.ErrShutdown) })

@@ -16,7 +16,9 @@ import (
 	"superego/agents"
 	"superego/agents/agentstest"
 	"superego/api"
+	"superego/engine"
 	"superego/flow"
+	"superego/memstore"
 	"superego/tools"
 )
 
@@ -68,8 +70,8 @@ func TestPromptfooReadsGuardrails(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	engine := &flow.Engine{Flows: map[string]*flow.Flow{"guarded_chat": guarded}, Exec: &flow.Executor{Agent: &agents.Agent{Model: p.Model, Tools: set, Timeout: 5 * time.Second}},
-		Store: &flow.MemStore{}}
+	engine := &engine.Engine{Flows: map[string]*flow.Flow{"guarded_chat": guarded}, Exec: &engine.Executor{Agent: &agents.Agent{Model: p.Model, Tools: set, Timeout: 5 * time.Second}},
+		Store: &memstore.Store{}}
 	srv := httptest.NewServer((&api.Server{Engine: engine}).Handler())
 	t.Cleanup(func() {
 		srv.Close()

@@ -21,6 +21,7 @@ import (
 	"superego/api"
 	"superego/flow"
 	"superego/flow/storetest"
+	"superego/memstore"
 )
 
 // Replies that start as the protocol's object and do not parse, as real
@@ -43,7 +44,7 @@ func TestMalformedRepliesLeakNothing(t *testing.T) {
 				return agentstest.Reply("t", "ACCEPT", "", "")
 			})
 			p := &agents.Providers{Default: "openai:gpt-test", OpenAIKey: "k", OpenAIBaseURL: model.URL + "/v1"}
-			f := newServer(t, &flow.MemStore{}, p.Model, 0)
+			f := newServer(t, &memstore.Store{}, p.Model, 0)
 			stream := body(t, f.do(t, "POST", "/flow/execute", `{"flow_id": "calc", "input": "What is 6*7?"}`))
 			noLeak(t, "the stream", stream)
 			noLeak(t, "the JSON answer", body(t, f.do(t, "POST", "/flow/execute", `{"flow_id": "calc", "input": "What is 6*7?"}`, "Accept", "application/json")))
@@ -183,7 +184,7 @@ func stall(t *testing.T, url, path string) net.Conn {
 func TestStalledClientIsDropped(t *testing.T) {
 	model := agentstest.OpenAI(t, script(nil))
 	p := &agents.Providers{Default: "openai:gpt-test", OpenAIKey: "k", OpenAIBaseURL: model.URL + "/v1"}
-	store := &flow.MemStore{}
+	store := &memstore.Store{}
 	f := serveWith(t, testFlows, store, p.Model, 0, func(s *api.Server) { s.WriteTimeout, s.MaxStreams = 300*time.Millisecond, 2 })
 	// An instance with ten steps of a 1 MB input: about 10 MB of events,
 	// more than the kernel's buffers hold for a reader. They are written to
@@ -273,7 +274,7 @@ func TestAFullDiskFailsEveryRoute(t *testing.T) {
 		}},
 	} {
 		t.Run(c.route, func(t *testing.T) {
-			store := &storetest.Full{Store: &flow.MemStore{}, Fills: storetest.Has(flow.EventDone)}
+			store := &storetest.Full{Store: &memstore.Store{}, Fills: storetest.Has(flow.EventDone)}
 			f := newFixtureOn(t, store, nil, 0)
 			resp := f.do(t, "POST", c.path, c.body, c.header...)
 			answer := body(t, resp)

@@ -26,6 +26,7 @@ import (
 	"github.com/go-chi/chi/v5/middleware"
 	"github.com/go-playground/validator/v10"
 
+	"superego/engine"
 	"superego/experiment"
 	"superego/flow"
 	"superego/tools"
@@ -38,7 +39,7 @@ const MaxBody = 1 << 20
 // name for /healthz; AdminToken, when set, opens the research view;
 // APIKeys, when set, are the bearer tokens /v1/* accepts (SPEC §4a).
 type Server struct {
-	Engine *flow.Engine
+	Engine *engine.Engine
 	// Experiments runs experiments (SPEC §7) on Engine; nil: the
 	// experiment routes answer 404.
 	Experiments *experiment.Lab
@@ -321,7 +322,7 @@ func (s *Server) execute(w http.ResponseWriter, r *http.Request, req executeRequ
 	if err != nil {
 		return err
 	}
-	run := flow.Request{FlowID: req.FlowID, InstanceID: req.InstanceID, Input: message, Options: flow.RunOptions{Stack: stack}}
+	run := engine.Request{FlowID: req.FlowID, InstanceID: req.InstanceID, Input: message, Options: flow.RunOptions{Stack: stack}}
 	if wantsJSON(r) {
 		return s.collect(w, r, run)
 	}
@@ -547,7 +548,7 @@ func (s *Server) getInstance(w http.ResponseWriter, r *http.Request) error {
 // it waits for. A call that waits in a held turn (SPEC §3a) is part of a
 // draft no superego has released: its arguments are shown only with full,
 // the research view.
-func (s *Server) reviews(ctx context.Context, id string, full bool) (flow.State, []flow.PendingReview, error) {
+func (s *Server) reviews(ctx context.Context, id string, full bool) (flow.State, []engine.PendingReview, error) {
 	events, err := s.Engine.Events(ctx, id, 0)
 	if err != nil {
 		return flow.State{}, nil, err
@@ -570,14 +571,14 @@ func (s *Server) reviews(ctx context.Context, id string, full bool) (flow.State,
 			}
 		}
 	}
-	pending := flow.Reviews(steps)
+	pending := engine.Reviews(steps)
 	for i := range pending {
 		if heldCalls[pending[i].ReviewID] && !full {
 			pending[i].Arguments = nil
 		}
 	}
 	if pending == nil {
-		pending = []flow.PendingReview{}
+		pending = []engine.PendingReview{}
 	}
 	return st, pending, nil
 }

@@ -11,6 +11,7 @@ import (
 	"superego/agents"
 	"superego/agents/agentstest"
 	"superego/flow"
+	"superego/memstore"
 )
 
 const speculativeFlow = `{"name": "Speculative", "graph": {"start": "input_superego", "nodes": {
@@ -61,7 +62,7 @@ func newSpecFixture(t *testing.T) (*fixture, *specModel) {
 	m := &specModel{answered: make(chan struct{})}
 	model := agentstest.OpenAI(t, m.script)
 	p := &agents.Providers{Default: "openai:gpt-test", OpenAIKey: "k", OpenAIBaseURL: model.URL + "/v1"}
-	f := serveFlows(t, map[string]string{"speculative": speculativeFlow}, &flow.MemStore{}, p.Model, 0)
+	f := serveFlows(t, map[string]string{"speculative": speculativeFlow}, &memstore.Store{}, p.Model, 0)
 	f.model = model
 	return f, m
 }

@@ -16,6 +16,7 @@ import (
 	"superego/agents/agentstest"
 	"superego/api"
 	"superego/flow"
+	"superego/memstore"
 )
 
 const (
@@ -60,7 +61,7 @@ func serveStacks(t *testing.T) *fixture {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f := serveWith(t, testFlows, &flow.MemStore{}, p.Model, 0, func(s *api.Server) {
+	f := serveWith(t, testFlows, &memstore.Store{}, p.Model, 0, func(s *api.Server) {
 		s.Engine.Exec.Library, s.Users, s.APIKeys = lib, users, []string{aliceKey, apiKey}
 	})
 	f.model = model
@@ -268,7 +269,7 @@ func TestTheLibraryIsTheConstitutionsDirectory(t *testing.T) {
 	}
 	model := agentstest.OpenAI(t, stackScript)
 	p := &agents.Providers{Default: "openai:gpt-test", OpenAIKey: "k", OpenAIBaseURL: model.URL + "/v1"}
-	f := serveWith(t, testFlows, &flow.MemStore{}, p.Model, 0, func(s *api.Server) { s.Engine.Exec.Library = lib })
+	f := serveWith(t, testFlows, &memstore.Store{}, p.Model, 0, func(s *api.Server) { s.Engine.Exec.Library = lib })
 
 	resp := f.do(t, "GET", "/constitutions", "")
 	if b := body(t, resp); resp.StatusCode != 200 || b != `[{"name":"house_rules","description":"House rules: no spoilers","chars":59},{"name":"plain","description":"Be kind.","chars":17}]`+"\n" {

@@ -12,6 +12,7 @@ import (
 	"github.com/go-chi/chi/v5"
 	"github.com/tmaxmax/go-sse"
 
+	"superego/engine"
 	"superego/flow"
 )
 
@@ -25,7 +26,7 @@ const (
 // event, the end of the subscription, or the client going away (the run goes
 // on without it). A client that takes more than WriteTimeout to accept an
 // event is dropped: it may reconnect with Last-Event-ID and lose nothing.
-func (s *Server) stream(w http.ResponseWriter, r *http.Request, sub *flow.Subscription) error {
+func (s *Server) stream(w http.ResponseWriter, r *http.Request, sub *engine.Subscription) error {
 	defer sub.Close()
 	defer s.streaming()()
 	defer s.frames.follow(sub.Instance)()
@@ -358,7 +359,7 @@ func (res *runResult) add(ev flow.Event) {
 // collect runs the flow on this request's goroutine, gathering its events
 // as they are delivered, and writes the run as one JSON document once it
 // ends. If the client goes away, the run goes on all the same.
-func (s *Server) collect(w http.ResponseWriter, r *http.Request, run flow.Request) error {
+func (s *Server) collect(w http.ResponseWriter, r *http.Request, run engine.Request) error {
 	http.NewResponseController(w).SetReadDeadline(time.Time{}) // a long run must not look like a slow request
 	res := runResult{Steps: []flow.Step{}}
 	if err := s.Engine.Run(r.Context(), run, res.add); err != nil {
@@ -368,7 +369,7 @@ func (s *Server) collect(w http.ResponseWriter, r *http.Request, run flow.Reques
 }
 
 // collectSub gathers a started run's events, as collect does.
-func (s *Server) collectSub(w http.ResponseWriter, r *http.Request, sub *flow.Subscription) error {
+func (s *Server) collectSub(w http.ResponseWriter, r *http.Request, sub *engine.Subscription) error {
 	defer sub.Close()
 	res := runResult{Steps: []flow.Step{}}
 	for ev := range sub.Events(r.Context()) {

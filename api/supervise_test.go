@@ -11,6 +11,7 @@ import (
 	"superego/agents"
 	"superego/agents/agentstest"
 	"superego/flow"
+	"superego/memstore"
 )
 
 // supervised serves the shipped supervised_assistant flow, and a read-only
@@ -32,7 +33,7 @@ func supervised(t *testing.T) (*fixture, func() []agentstest.Request) {
 		mu.Unlock()
 	}))
 	p := &agents.Providers{Default: "openai:gpt-test", OpenAIKey: "k", OpenAIBaseURL: model.URL + "/v1"}
-	f := serveFlows(t, map[string]string{"supervised": string(def), "supervised_ro": readOnly, "supervised_closed": failClosed}, &flow.MemStore{}, p.Model, 0)
+	f := serveFlows(t, map[string]string{"supervised": string(def), "supervised_ro": readOnly, "supervised_closed": failClosed}, &memstore.Store{}, p.Model, 0)
 	f.model = model
 	return f, func() []agentstest.Request {
 		mu.Lock()

@@ -13,6 +13,7 @@ import (
 	"superego/api"
 	"superego/flow"
 	"superego/flow/storetest"
+	"superego/memstore"
 )
 
 // The guarded model is transparent: the client agent's model gets the
@@ -117,7 +118,7 @@ func newTransparentFixture(t *testing.T) (*fixture, *upstream) {
 	u := &upstream{}
 	oa, an := agentstest.OpenAI(t, u.script), agentstest.Anthropic(t, u.script)
 	p := &agents.Providers{Default: "openai:gpt-test", OpenAIKey: "k", OpenAIBaseURL: oa.URL + "/v1", AnthropicKey: "ak", AnthropicBaseURL: an.URL}
-	f := serveWith(t, defs, &flow.MemStore{}, p.Model, 0, func(s *api.Server) {
+	f := serveWith(t, defs, &memstore.Store{}, p.Model, 0, func(s *api.Server) {
 		s.APIKeys = []string{apiKey, otherAPIKey}
 		s.UpstreamModels = []string{"anthropic:claude-test"}
 	})
@@ -540,7 +541,7 @@ func TestModelRoutesOnADiskFullFromTheStart(t *testing.T) {
 		{"/v1/responses", `{"model": "calc", "stream": true, "input": "What is 6*7?"}`, `"code":"storage"`},
 		{"/v1/messages", `{"model": "calc", "stream": true, "max_tokens": 10, "messages": [{"role": "user", "content": "What is 6*7?"}]}`, `"type":"api_error","message":"The flow's run failed`},
 	} {
-		store := &storetest.Full{Store: &flow.MemStore{}, Fills: storetest.Has(flow.EventRunStart)}
+		store := &storetest.Full{Store: &memstore.Store{}, Fills: storetest.Has(flow.EventRunStart)}
 		f := newFixtureOn(t, store, nil, 0)
 		resp := f.do(t, "POST", c.path, c.body)
 		if raw := body(t, resp); resp.StatusCode != 507 || !strings.Contains(raw, c.want) || !strings.Contains(raw, "storage") {
@@ -568,7 +569,7 @@ func TestStructuredOutputIsJudgedWhole(t *testing.T) {
 	})
 	b, _ := os.ReadFile("../flows/guarded_agent.json")
 	p := &agents.Providers{Default: "openai:gpt-test", OpenAIKey: "k", OpenAIBaseURL: model.URL + "/v1"}
-	f := serveWith(t, map[string]string{"guarded_agent": string(b)}, &flow.MemStore{}, p.Model, 0, func(s *api.Server) { s.APIKeys = []string{apiKey} })
+	f := serveWith(t, map[string]string{"guarded_agent": string(b)}, &memstore.Store{}, p.Model, 0, func(s *api.Server) { s.APIKeys = []string{apiKey} })
 	schema := `{"type": "object", "properties": {"city": {"type": "string"}, "population": {"type": "number"}}, "required": ["city", "population"]}`
 	for _, c := range []struct{ path, body, want string }{
 		{"/v1/chat/completions", `{"model": "guarded_agent", "response_format": {"type": "json_schema", "json_schema": {"name": "city", "schema": ` + schema + `}},
@@ -629,7 +630,7 @@ func TestGuidanceReachesTheAgentsModel(t *testing.T) {
 	})
 	b, _ := os.ReadFile("../flows/guarded_agent.json")
 	p := &agents.Providers{Default: "openai:gpt-test", OpenAIKey: "k", OpenAIBaseURL: model.URL + "/v1"}
-	f := serveWith(t, map[string]string{"guarded_agent": string(b)}, &flow.MemStore{}, p.Model, 0, nil)
+	f := serveWith(t, map[string]string{"guarded_agent": string(b)}, &memstore.Store{}, p.Model, 0, nil)
 	resp := f.do(t, "POST", "/v1/chat/completions", `{"model": "guarded_agent", "messages": [{"role": "system", "content": "CLIENT-SYSTEM"}, {"role": "user", "content": "Hi"}]}`)
 	if raw := body(t, resp); resp.StatusCode != 200 || strings.Contains(raw, "GUIDANCE-FOR-THE-AGENT") {
 		t.Fatalf("%d %s", resp.StatusCode, raw)

@@ -7,6 +7,7 @@ import (
 
 	"superego/agents"
 	"superego/flow"
+	"superego/memstore"
 )
 
 // On the offline model, which reports no tokens, done carries usage all
@@ -14,7 +15,7 @@ import (
 // that reads done.usage works on a new user's first run.
 func TestDoneCarriesUsageOnTheOfflineModel(t *testing.T) {
 	offline := (&agents.Providers{Default: "offline"}).Model
-	f := serveFlows(t, testFlows, &flow.MemStore{}, offline, 0)
+	f := serveFlows(t, testFlows, &memstore.Store{}, offline, 0)
 	const zeros = `"usage":{"prompt_tokens":0,"completion_tokens":0,"speculative_prompt_tokens":0,"speculative_completion_tokens":0}`
 
 	events := readSSE(t, f.do(t, "POST", "/flow/execute", `{"flow_id": "calc", "input": "What is 6*7?"}`).Body)

@@ -13,6 +13,7 @@ import (
 	"superego/agents"
 	"superego/agents/agentstest"
 	"superego/flow"
+	"superego/memstore"
 )
 
 // workerChecker serves the shipped worker_checker flow on a scripted model:
@@ -60,7 +61,7 @@ func workerChecker(t *testing.T, passOn int) (*fixture, func() []agentstest.Requ
 		return agentstest.Answer{Status: 400, Text: "unknown node"}
 	})
 	p := &agents.Providers{Default: "openai:gpt-test", OpenAIKey: "k", OpenAIBaseURL: model.URL + "/v1"}
-	f := serveFlows(t, map[string]string{"worker_checker": string(def)}, &flow.MemStore{}, p.Model, 0)
+	f := serveFlows(t, map[string]string{"worker_checker": string(def)}, &memstore.Store{}, p.Model, 0)
 	return f, func() []agentstest.Request {
 		mu.Lock()
 		defer mu.Unlock()

@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strings"
 
+	"superego/engine"
 	"superego/flow"
 	"superego/tools"
 )
@@ -369,7 +370,7 @@ func (o *Outcome) measureCalls(s Sample) {
 // client: the calls sent to it with the sample's canned results, and a
 // call that waits for a person's review with a refusal. It returns the
 // request that goes on with the instance, or false where the run ended.
-func playClient(s Sample, base flow.Request, events []flow.Event) (flow.Request, bool) {
+func playClient(s Sample, base engine.Request, events []flow.Event) (engine.Request, bool) {
 	var done *flow.Done
 	var steps []flow.Step
 	for _, ev := range events {
@@ -383,7 +384,7 @@ func playClient(s Sample, base flow.Request, events []flow.Event) (flow.Request,
 	if done == nil {
 		return base, false
 	}
-	req := flow.Request{FlowID: base.FlowID, InstanceID: base.InstanceID, Options: base.Options}
+	req := engine.Request{FlowID: base.FlowID, InstanceID: base.InstanceID, Options: base.Options}
 	// A replay that pauses for its client has left its record: the rest runs live.
 	req.Options.Review, req.Options.Results, req.Options.Replay = nil, nil, nil
 	switch done.Status {
@@ -400,7 +401,7 @@ func playClient(s Sample, base flow.Request, events []flow.Event) (flow.Request,
 		}
 		return req, true
 	case flow.StatusAwaitingReview:
-		for _, r := range flow.Reviews(steps) {
+		for _, r := range engine.Reviews(steps) {
 			if r.Kind == "tool_call" {
 				req.Options.Review = &flow.Review{ReviewID: r.ReviewID, Approve: false, Note: noHuman}
 				return req, true

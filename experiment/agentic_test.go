@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"superego/agents/agentstest"
+	"superego/engine"
 	"superego/experiment"
 	"superego/flow"
 )
@@ -369,7 +370,7 @@ func TestResumeAnswersRunsThatWaitForTheLab(t *testing.T) {
 			if err := r.store.BeginOutcome(context.Background(), id, slot, inst.ID); err != nil {
 				t.Fatal(err)
 			}
-			req := flow.Request{FlowID: c.Flow, InstanceID: inst.ID, Input: s.Input, Options: flow.RunOptions{Variant: c.Variant, Client: s.ClientTools()}}
+			req := engine.Request{FlowID: c.Flow, InstanceID: inst.ID, Input: s.Input, Options: flow.RunOptions{Variant: c.Variant, Client: s.ClientTools()}}
 			var status string
 			if err := r.engine.Run(context.Background(), req, func(ev flow.Event) {
 				if d, ok := ev.Data.(flow.Done); ok {

@@ -13,6 +13,7 @@ import (
 	"sync"
 	"time"
 
+	"superego/engine"
 	"superego/flow"
 )
 
@@ -25,7 +26,7 @@ import (
 // engine (Engine.Recover) and followed to its end, and an outcome finished
 // is never run again.
 type Lab struct {
-	Engine *flow.Engine
+	Engine *engine.Engine
 	Store  Store
 	// Env is what documents and replays may refer to; a document's dataset
 	// paths are relative to Env.Dir.
@@ -244,7 +245,7 @@ func (l *Lab) logger() *slog.Logger {
 
 // stop ends the session: no outcome starts, and the runs in flight are
 // cancelled where the cause is a cancel.
-func (r *run) stop(engine *flow.Engine, cause error) {
+func (r *run) stop(engine *engine.Engine, cause error) {
 	r.cancel(cause)
 	if !errors.Is(cause, ErrCancelled) {
 		return
@@ -620,8 +621,8 @@ func (l *Lab) follow(ctx context.Context, instance string) ([]flow.Event, error)
 }
 
 // request is the job's first request on its instance.
-func (l *Lab) request(r *run, j job, instance string, opts Options) flow.Request {
-	req := flow.Request{FlowID: j.cond.Flow, InstanceID: instance, Input: j.sample.Input, Options: flow.RunOptions{
+func (l *Lab) request(r *run, j job, instance string, opts Options) engine.Request {
+	req := engine.Request{FlowID: j.cond.Flow, InstanceID: instance, Input: j.sample.Input, Options: flow.RunOptions{
 		Variant: j.cond.Variant, Cache: cacheScope(j.slot.Repeat, opts), Tags: tags(r.id, j.slot), Stack: stack(j.cond, j.sample), Client: j.sample.client()}}
 	if j.replayOf != "" {
 		req.Options.Replay = &flow.ReplayOf{Instance: j.replayOf, Ask: j.cond.Replay.Ask, NoLive: j.cond.Replay.NoLive}
@@ -633,7 +634,7 @@ func (l *Lab) request(r *run, j job, instance string, opts Options) flow.Request
 // the instance ran before. An agentic sample's run goes on for as long as
 // it waits for its client, which the lab plays: each request that answers
 // it runs on the same instance, and events gathers them all.
-func (l *Lab) runOn(r *run, j job, req flow.Request, events []flow.Event) (_ []flow.Event, startErr, err error) {
+func (l *Lab) runOn(r *run, j job, req engine.Request, events []flow.Event) (_ []flow.Event, startErr, err error) {
 	instance := req.InstanceID
 	r.mu.Lock()
 	r.inflight[instance] = true
@@ -664,7 +665,7 @@ func (l *Lab) runOn(r *run, j job, req flow.Request, events []flow.Event) (_ []f
 // runOnce runs one request of a job, waiting for room in the engine;
 // whole says it followed a run another session had begun, and events are
 // the instance's whole log.
-func (l *Lab) runOnce(r *run, req flow.Request, instance string) (events []flow.Event, whole bool, startErr, err error) {
+func (l *Lab) runOnce(r *run, req engine.Request, instance string) (events []flow.Event, whole bool, startErr, err error) {
 	for wait := 50 * time.Millisecond; ; wait = min(2*wait, time.Second) {
 		events = events[:0]
 		err := l.Engine.Run(r.ctx, req, func(ev flow.Event) {

@@ -20,8 +20,10 @@ import (
 	"superego/agents"
 	"superego/agents/agentstest"
 	"superego/backoff"
+	"superego/engine"
 	"superego/experiment"
 	"superego/flow"
+	"superego/memstore"
 	"superego/tools"
 )
 
@@ -97,7 +99,7 @@ func script(r agentstest.Request) agentstest.Answer {
 // with the real engine and agents, and a fake OpenAI server for a model.
 type rig struct {
 	lab     *experiment.Lab
-	engine  *flow.Engine
+	engine  *engine.Engine
 	fake    *agentstest.Server
 	store   experiment.Store
 	limited *backoff.Transport
@@ -150,7 +152,7 @@ func newRig(t testing.TB, o rigOptions) *rig {
 		o.store = &experiment.MemStore{}
 	}
 	if o.flows == nil {
-		o.flows = &flow.MemStore{}
+		o.flows = &memstore.Store{}
 	}
 	if o.timeout == 0 {
 		o.timeout = 5 * time.Second
@@ -161,7 +163,7 @@ func newRig(t testing.TB, o rigOptions) *rig {
 	}
 	logs := &syncBuffer{}
 	log := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	engine := &flow.Engine{Flows: flows, Exec: &flow.Executor{Agent: agent, Library: texts}, Store: o.flows, Log: log}
+	engine := &engine.Engine{Flows: flows, Exec: &engine.Executor{Agent: agent, Library: texts}, Store: o.flows, Log: log}
 	lab := &experiment.Lab{Engine: engine, Store: o.store, RateLimited: limited.Waits, Log: log,
 		Env: experiment.Env{Flows: flows, Constitutions: texts, Providers: agents.ProviderNames, Dir: "testdata", Version: "v1.2.3 (test)"}}
 	t.Cleanup(func() {

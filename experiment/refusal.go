@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 
+	"superego/engine"
 	"superego/flow"
 )
 
@@ -64,12 +65,12 @@ Put your reasoning in thinking and leave response empty.`
 // document's refusal_judge, asked through the engine's agent (so that its
 // calls are cached like any other), or the built-in heuristic.
 type judge struct {
-	agent flow.Agent
+	agent engine.Agent
 	node  *flow.Node // nil: the heuristic
 }
 
 // newJudge builds the judge a plan names.
-func newJudge(agent flow.Agent, rj *RefusalJudge, providers []string) (*judge, error) {
+func newJudge(agent engine.Agent, rj *RefusalJudge, providers []string) (*judge, error) {
 	if rj == nil || rj.Model == "" {
 		return &judge{}, nil
 	}
@@ -100,7 +101,7 @@ func (j *judge) refused(ctx context.Context, input, answer, cache string) (refus
 	if j.node == nil {
 		return looksLikeRefusal(answer), Calls{}, nil
 	}
-	t := &flow.Task{FlowID: "refusal_judge", Node: j.node, StepID: "1", UserMessage: input, Input: answer,
+	t := &engine.Task{FlowID: "refusal_judge", Node: j.node, StepID: "1", UserMessage: input, Input: answer,
 		InputFrom: "the system", Decisions: j.node.Decisions(), Cache: cache}
 	reply, err := j.agent.Act(ctx, t, func(flow.Event) {})
 	if err != nil {

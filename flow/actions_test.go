@@ -132,20 +132,3 @@ func TestPermissionRules(t *testing.T) {
 		}
 	}
 }
-
-// A judge's task holds what a client may not have been shown (a held
-// call, a result about to be withheld): an observer records no text of
-// its answer, and an error that quotes its request has them taken out.
-func TestAJudgesTaskIsHeld(t *testing.T) {
-	def, err := parseJudged("", "", "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	task := &flow.Task{Node: def.Graph.Nodes["j"], Action: &flow.Action{Kind: flow.KindResult,
-		Call:   flow.ToolUse{ToolName: "mcp__mail__read", Input: []byte(`{"box": "ARGS-MARK"}`), Output: "RESULT-MARK"},
-		Others: []flow.ToolUse{{ToolName: "write_file", Input: []byte(`{"path": "OTHER-MARK"}`)}}}}
-	hidden := strings.Join(task.Hidden(), " ")
-	if !task.Held() || !strings.Contains(hidden, "ARGS-MARK") || !strings.Contains(hidden, "RESULT-MARK") || !strings.Contains(hidden, "OTHER-MARK") {
-		t.Errorf("held %v, hidden %q", task.Held(), hidden)
-	}
-}

@@ -27,12 +27,12 @@ import (
 // parameters go deeper, and the decoder recurses once a level.
 const maxArgumentDepth = 64
 
-// decodeArguments decodes a call's arguments, as the model wrote them,
+// DecodeArguments decodes a call's arguments, as the model wrote them,
 // into the value the rules read and the JSON every other reader gets. They
 // must be a JSON object whose keys are unique even when case is ignored,
 // at any depth, and that schema, the tool's parameters (nil: any object),
 // accepts.
-func decodeArguments(raw []byte, schema map[string]any) (json.RawMessage, map[string]any, error) {
+func DecodeArguments(raw []byte, schema map[string]any) (json.RawMessage, map[string]any, error) {
 	if len(bytes.TrimSpace(raw)) == 0 {
 		raw = []byte("{}") // some providers send nothing for a call that takes no arguments
 	}

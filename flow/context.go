@@ -57,21 +57,8 @@ const (
 	Rejected = "REJECTED"
 )
 
-// awaitsReview reports whether a turn's steps hold changes proposed for a
-// person's review (ToolUse.Proposed) that no review has answered yet.
-func awaitsReview(turn []Step) bool {
-	for i := len(turn) - 1; i >= 0 && turn[i].AgentID != Reviewer; i-- {
-		for _, u := range turn[i].ToolUsage {
-			if u.Proposed && u.Error == "" {
-				return true
-			}
-		}
-	}
-	return false
-}
-
-// supervised reports whether any node of the flow supervises.
-func (d *Definition) supervised() bool {
+// Supervises reports whether any node of the flow supervises.
+func (d *Definition) Supervises() bool {
 	for _, n := range d.Graph.Nodes {
 		if len(n.AllowedActions) > 0 {
 			return true

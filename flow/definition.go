@@ -259,7 +259,7 @@ func (g *Graph) markJudged() {
 				continue
 			}
 			for _, t := range n.Transitions {
-				if next := n.resolve(t); g.holds(&next) {
+				if next := n.resolve(t); g.Holds(&next) {
 					n.judged, changed = true, true
 					break
 				}
@@ -289,9 +289,15 @@ func (n *Node) Withholds(decision string) bool {
 	return decision == Block || decision == NeedsClarification || slices.Contains(n.Withhold, decision)
 }
 
-// holds reports whether a turn that goes on to target (nil: it ends) is
+// StreamJudge is, for an inner agent, the superego with judge_stream its
+// drafts go to directly, and the decision that leads there; "" for none.
+func (n *Node) StreamJudge() (judge, decision string) {
+	return n.judge, n.judgeDecision
+}
+
+// Holds reports whether a turn that goes on to target (nil: it ends) is
 // still held: a superego will judge it there, or further on.
-func (g *Graph) holds(target *string) bool {
+func (g *Graph) Holds(target *string) bool {
 	if target == nil {
 		return false
 	}
@@ -342,6 +348,46 @@ func (n *Node) Target(decision string) (target string, ok bool) {
 		return "", false
 	}
 	return n.resolve(t), true
+}
+
+// Decide reads the decision a node's reply said: one of allowed, or any
+// decision its "*" transition takes. A reply with none of them gets the
+// node's fallback, CAUTION for a superego and COMPLETE for an inner agent,
+// and fallback says why. target is the next node, "" for the end.
+func (n *Node) Decide(said string, allowed []string) (decision, fallback, target string, err error) {
+	d := strings.ToUpper(strings.TrimSpace(said))
+	if slices.Contains(allowed, d) {
+		target, _ := n.Target(d)
+		return d, "", target, nil
+	}
+	star, ok := n.Transitions[AnyDecision]
+	if ok && decisionRe.MatchString(d) {
+		return d, "", n.resolve(star), nil
+	}
+	decision = Complete
+	if n.Type == Superego {
+		decision = Caution
+	}
+	why := NoDecision(d, allowed)
+	if ok {
+		return decision, why + `; followed "*"`, n.resolve(star), nil
+	}
+	target, ok = n.Target(decision)
+	if !ok {
+		return decision, why + "; used " + decision, "", fmt.Errorf("%w: %s, and the node has no %s or \"*\" transition to fall back on", ErrModelOutput, why, decision)
+	}
+	return decision, why + "; used " + decision, target, nil
+}
+
+// NoDecision says why a reply's decision, said, is none of allowed.
+func NoDecision(said string, allowed []string) string {
+	if said == "" {
+		return "the reply had no decision"
+	}
+	if len(said) > 40 {
+		said = said[:40] + "…"
+	}
+	return fmt.Sprintf("%q is not one of %s", said, strings.Join(allowed, ", "))
 }
 
 // resolve reads a transition target: "self" is the node, nil the end ("").
@@ -580,4 +626,19 @@ func checkJudges(g Graph) (judges map[string]bool, out []Problem) {
 		}
 	}
 	return judges, out
+}
+
+// Client is the tool an inner agent lists to be offered a request's own
+// function tools (SPEC §4a).
+const Client = "client"
+
+// ClientAgent is the flow's inner agent that takes a client's tools, if it
+// has one.
+func (d *Definition) ClientAgent() *Node {
+	for _, n := range d.Graph.Nodes {
+		if n.Type == InnerAgent && slices.Contains(n.Tools, Client) {
+			return n
+		}
+	}
+	return nil
 }

@@ -84,3 +84,9 @@ func Refusal(id string, err error) Refused {
 	}
 	return r
 }
+
+// Flow is a loaded, valid flow definition.
+type Flow struct {
+	ID  string
+	Def *Definition
+}

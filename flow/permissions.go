@@ -152,7 +152,7 @@ func climbs(v string) bool {
 }
 
 // argFolded is the argument named name, or named so in another case: the
-// arguments hold at most one such key (decodeArguments).
+// arguments hold at most one such key (DecodeArguments).
 func argFolded(args map[string]any, name string) any {
 	if v, ok := args[name]; ok {
 		return v
@@ -202,7 +202,7 @@ func ParseRule(text string) (Rule, error) {
 // arguments as JSON; arguments that do not decode match only a rule
 // without conditions.
 func (r Rule) Matches(tool string, input json.RawMessage) bool {
-	_, args, _ := decodeArguments(input, nil)
+	_, args, _ := DecodeArguments(input, nil)
 	return r.r.match(tool, args)
 }
 
@@ -213,9 +213,9 @@ type Ruling struct {
 	Rule   string
 }
 
-// decide finds the rule that decides a call, given its decoded arguments:
+// Decide finds the rule that decides a call, given its decoded arguments:
 // deny before ask before allow.
-func (p *Permissions) decide(tool string, args map[string]any) Ruling {
+func (p *Permissions) Decide(tool string, args map[string]any) Ruling {
 	if p == nil {
 		return Ruling{}
 	}
@@ -250,4 +250,15 @@ func (p *Permissions) parse(base string, tools []string) []Problem {
 		}
 	}
 	return problems
+}
+
+// Denies reports whether a deny rule refuses every call to tool, whatever
+// its arguments.
+func (n *Node) Denies(tool string) bool {
+	if n.Permissions == nil {
+		return false
+	}
+	return slices.ContainsFunc(n.Permissions.rules, func(r rule) bool {
+		return r.effect == EffectDeny && len(r.conds) == 0 && r.match(tool, nil)
+	})
 }

@@ -168,10 +168,10 @@ func Onto(base, top []StackEntry) (out []StackEntry, lowered int) {
 // constitution.
 func (n *Node) TakesStack() bool { return n.Type == Superego && n.Stack != StackOff }
 
-// layers are a stack's constitutions with their texts from lib; a name
+// Layers are a stack's constitutions with their texts from lib; a name
 // lib lacks (a run resumed after its constitution left the library) is an
 // error: the run cannot judge under the stack it began with.
-func (l Library) layers(stack []StackEntry) ([]Layer, error) {
+func (l Library) Layers(stack []StackEntry) ([]Layer, error) {
 	if len(stack) == 0 {
 		return nil, nil
 	}
@@ -184,46 +184,4 @@ func (l Library) layers(stack []StackEntry) ([]Layer, error) {
 		out[i] = Layer{Name: e.Name, Adherence: e.Adherence, Text: text}
 	}
 	return out, nil
-}
-
-// stackFor is the stack node judges under in a run with stack.
-func stackFor(node *Node, stack []Layer) []Layer {
-	if len(stack) == 0 || !node.TakesStack() {
-		return nil
-	}
-	return stack
-}
-
-// stackEntries is what a step records of the stack it was judged under:
-// the floor, then each layer's name and level.
-func stackEntries(stack []Layer) []StackEntry {
-	if len(stack) == 0 {
-		return nil
-	}
-	out := make([]StackEntry, 0, len(stack)+1)
-	out = append(out, StackEntry{Name: Floor})
-	for _, l := range stack {
-		out = append(out, StackEntry{Name: l.Name, Adherence: l.Adherence})
-	}
-	return out
-}
-
-// basisOf is a judge's basis as a step records it: Floor or a name of the
-// stack, anything else BasisOther; "" where the judge gave none, or judged
-// under no stack. A model may say anything here, and a metric's label
-// takes only these.
-func basisOf(said string, stack []Layer) string {
-	said = strings.ToLower(strings.TrimSpace(said))
-	if said == "" || len(stack) == 0 {
-		return ""
-	}
-	if said == Floor {
-		return Floor
-	}
-	for _, l := range stack {
-		if l.Name == said {
-			return l.Name
-		}
-	}
-	return BasisOther
 }

@@ -288,3 +288,9 @@ func ErrorCode(err error) string {
 	}
 	return "internal"
 }
+
+// Kinds of a judgement of an action (SPEC §3c).
+const (
+	KindCall   = "call"
+	KindResult = "result"
+)

@@ -127,7 +127,7 @@ func Replay(events []Event) State {
 	st := State{Status: StatusNew, Steps: []Step{}} // a list, even when empty: clients see []
 	for _, e := range events {
 		st.LastID, st.UpdatedAt = e.ID, e.Time
-		st.Unfinished.see(e)
+		st.Unfinished.See(e)
 		switch d := e.Data.(type) {
 		case Step:
 			st.Steps = append(st.Steps, d)
@@ -270,4 +270,47 @@ func NewCallID() string {
 	var b [16]byte
 	rand.Read(b[:])
 	return hex.EncodeToString(b[:])
+}
+
+// Unfinished are the tool calls of a node's iteration that began and has
+// no step yet, as its events have them: a run interrupted there resumes by
+// recording the iteration's step, each call that began with its result if
+// it has one, and otherwise answered as interrupted. None of them runs again (SPEC
+// §3c: at most once).
+type Unfinished struct {
+	Node  string
+	Calls []ToolUse
+	Ended []bool // Calls[i] has its result
+}
+
+// See follows an instance's events: tool calls begin an iteration's list,
+// their results fill it, and the node's step, or a run's start or end,
+// closes it.
+func (u *Unfinished) See(ev Event) {
+	switch d := ev.Data.(type) {
+	case ToolCall:
+		if d.Node != u.Node {
+			*u = Unfinished{Node: d.Node}
+		}
+		u.Calls = append(u.Calls, ToolUse{ID: d.ToolCallID, ToolName: d.ToolName, Input: d.Input})
+		u.Ended = append(u.Ended, false)
+	case ToolResult:
+		for i := range u.Calls {
+			if c := &u.Calls[i]; !u.Ended[i] && c.ID == d.ToolCallID && c.ToolName == d.ToolName {
+				c.Output, c.Error, c.Refused, u.Ended[i] = d.Output, d.Error, d.Refused, true
+				if d.Refused {
+					c.JudgedBy = d.JudgedBy
+				} else {
+					c.ResultJudgedBy = d.JudgedBy
+				}
+				break
+			}
+		}
+	case Step:
+		if d.Node == u.Node && d.Judged == nil {
+			*u = Unfinished{}
+		}
+	case RunStart, Done:
+		*u = Unfinished{}
+	}
 }

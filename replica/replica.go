@@ -42,6 +42,7 @@ import (
 	"github.com/riverqueue/river/rivermigrate"
 	"github.com/riverqueue/river/rivertype"
 
+	"superego/engine"
 	"superego/flow"
 	"superego/postgres"
 )
@@ -70,7 +71,7 @@ type Replicas struct {
 	store  *postgres.Store
 	pool   *pgxpool.Pool
 	river  *river.Client[pgx.Tx]
-	engine *flow.Engine
+	engine *engine.Engine
 	log    *slog.Logger
 	stop   context.CancelFunc
 	wg     sync.WaitGroup
@@ -81,7 +82,7 @@ type Replicas struct {
 	renewed  time.Time        // when the last renew that worked began
 }
 
-var _ flow.Replicas = (*Replicas)(nil)
+var _ engine.Replicas = (*Replicas)(nil)
 
 // Open joins the replicas of store's database: River's tables are brought
 // up to date, and the store notifies commits. workers is how many runs
@@ -136,7 +137,7 @@ func (r *Replicas) migrate(ctx context.Context) error {
 
 // Start takes runs for engine from the queue, renews and reaps claims, and
 // listens for logs that grow and cancels.
-func (r *Replicas) Start(ctx context.Context, engine *flow.Engine) error {
+func (r *Replicas) Start(ctx context.Context, engine *engine.Engine) error {
 	r.engine = engine
 	r.renewed = time.Now()
 	ctx, r.stop = context.WithCancel(context.WithoutCancel(ctx))
@@ -188,7 +189,7 @@ func (runArgs) Kind() string { return "superego_run" }
 // Dispatch writes the run's opening and its lease in one transaction:
 // claimed here for d.Here, with no job (the reaper makes one if this
 // replica dies), else with a job, waiting for a replica.
-func (r *Replicas) Dispatch(ctx context.Context, d flow.Dispatch) (*flow.Claim, error) {
+func (r *Replicas) Dispatch(ctx context.Context, d engine.Dispatch) (*engine.Claim, error) {
 	err := flow.Wait(func(done func(error)) {
 		r.store.Begin(d.Instance, d.InstanceID, d.Opening, func(ctx context.Context, tx pgx.Tx) error {
 			if d.Here {
@@ -261,9 +262,9 @@ func (r *Replicas) drop(instance string, h *held) {
 }
 
 // claim holds a lease this replica has just written, as a flow.Claim.
-func (r *Replicas) claim(instance string, resumed bool) *flow.Claim {
+func (r *Replicas) claim(instance string, resumed bool) *engine.Claim {
 	h := r.hold(instance)
-	return &flow.Claim{Stop: h.stop, Lost: h.lost, Resumed: resumed, Release: func(ended bool) {
+	return &engine.Claim{Stop: h.stop, Lost: h.lost, Resumed: resumed, Release: func(ended bool) {
 		r.drop(instance, h)
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()

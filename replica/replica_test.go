@@ -16,6 +16,7 @@ import (
 
 	"superego/agents"
 	"superego/agents/agentstest"
+	"superego/engine"
 	"superego/flow"
 	"superego/postgres"
 	"superego/postgres/pgtest"
@@ -41,12 +42,12 @@ func (g *gate) release() { g.once.Do(func() { close(g.open) }) }
 
 // replicaOf is one replica: a store, an engine and its part of the
 // replicas, on the database at u.
-func replicaOf(t *testing.T, u string, model *agentstest.Server, maxRuns int) *flow.Engine {
+func replicaOf(t *testing.T, u string, model *agentstest.Server, maxRuns int) *engine.Engine {
 	t.Helper()
 	return replicaLogging(t, u, model, maxRuns, slog.New(slog.DiscardHandler))
 }
 
-func replicaLogging(t *testing.T, u string, model *agentstest.Server, maxRuns int, log *slog.Logger) *flow.Engine {
+func replicaLogging(t *testing.T, u string, model *agentstest.Server, maxRuns int, log *slog.Logger) *engine.Engine {
 	t.Helper()
 	ctx := context.Background()
 	store, err := postgres.Open(ctx, u)
@@ -58,7 +59,7 @@ func replicaLogging(t *testing.T, u string, model *agentstest.Server, maxRuns in
 		t.Fatal(err)
 	}
 	p := &agents.Providers{Default: "openai:gpt-test", OpenAIKey: "k", OpenAIBaseURL: model.URL + "/v1"}
-	e := &flow.Engine{Flows: map[string]*flow.Flow{"calc": {ID: "calc", Def: def}}, Exec: &flow.Executor{Agent: &agents.Agent{Model: p.Model}},
+	e := &engine.Engine{Flows: map[string]*flow.Flow{"calc": {ID: "calc", Def: def}}, Exec: &engine.Executor{Agent: &agents.Agent{Model: p.Model}},
 		Store: store, Log: log, MaxRuns: maxRuns}
 	r, err := replica.Open(ctx, store, maxRuns, log)
 	if err != nil {
@@ -109,12 +110,12 @@ func TestRunsAcrossReplicas(t *testing.T) {
 	a, b := replicaOf(t, u, m, 8), replicaOf(t, u, m, 8)
 	ctx := context.Background()
 
-	sub, err := a.Start(ctx, flow.Request{FlowID: "calc", Input: "6*7"})
+	sub, err := a.Start(ctx, engine.Request{FlowID: "calc", Input: "6*7"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	<-g.entered // the run is at the calculator, on a
-	if _, err := b.Start(ctx, flow.Request{FlowID: "calc", InstanceID: sub.Instance, Input: "again"}); !errors.Is(err, flow.ErrBusy) {
+	if _, err := b.Start(ctx, engine.Request{FlowID: "calc", InstanceID: sub.Instance, Input: "again"}); !errors.Is(err, flow.ErrBusy) {
 		t.Errorf("a second run on b while a runs the first: %v", err)
 	}
 	follow, err := b.Subscribe(ctx, sub.Instance, 2) // Last-Event-ID 2
@@ -185,7 +186,7 @@ func TestRunsAcrossReplicas(t *testing.T) {
 	g2 := newGate()
 	m2 := model(t, g2)
 	a2, b2 := replicaOf(t, u, m2, 8), replicaOf(t, u, m2, 8)
-	sub2, err := a2.Start(ctx, flow.Request{FlowID: "calc", Input: "6*7"})
+	sub2, err := a2.Start(ctx, engine.Request{FlowID: "calc", Input: "6*7"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -214,12 +215,12 @@ func TestAFullReplicaLeavesTheRunToAnother(t *testing.T) {
 	a := replicaOf(t, u, model(t, slow), 1) // its one place goes to a run that waits
 	replicaOf(t, u, model(t, quick), 8)
 	ctx := context.Background()
-	first, err := a.Start(ctx, flow.Request{FlowID: "calc", Input: "first"})
+	first, err := a.Start(ctx, engine.Request{FlowID: "calc", Input: "first"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	<-slow.entered
-	second, err := a.Start(ctx, flow.Request{FlowID: "calc", Input: "second"})
+	second, err := a.Start(ctx, engine.Request{FlowID: "calc", Input: "second"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -245,7 +246,7 @@ func TestAReplicaShuttingDownHandsItsRunsOver(t *testing.T) {
 	m := model(t, g)
 	a, b := replicaOf(t, u, m, 8), replicaOf(t, u, m, 8)
 	ctx := context.Background()
-	sub, err := a.Start(ctx, flow.Request{FlowID: "calc", Input: "6*7"})
+	sub, err := a.Start(ctx, engine.Request{FlowID: "calc", Input: "6*7"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -290,7 +291,7 @@ func TestAJobOfARunningRunLeavesItsClaim(t *testing.T) {
 	g := newGate()
 	a := replicaOf(t, u, model(t, g), 8)
 	ctx := context.Background()
-	sub, err := a.Start(ctx, flow.Request{FlowID: "calc", Input: "6*7"})
+	sub, err := a.Start(ctx, engine.Request{FlowID: "calc", Input: "6*7"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -340,7 +341,7 @@ func TestARunWhoseLeaseIsLostStops(t *testing.T) {
 	var log logLines
 	a := replicaLogging(t, u, model(t, g), 8, slog.New(slog.NewTextHandler(&log, nil)))
 	ctx := context.Background()
-	sub, err := a.Start(ctx, flow.Request{FlowID: "calc", Input: "6*7"})
+	sub, err := a.Start(ctx, engine.Request{FlowID: "calc", Input: "6*7"})
 	if err != nil {
 		t.Fatal(err)
 	}

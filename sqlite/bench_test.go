@@ -5,6 +5,7 @@ import (
 
 	"superego/flow"
 	"superego/flow/storetest"
+	"superego/memstore"
 )
 
 func BenchmarkAppend(b *testing.B)           { storetest.Append(b, open(b)) }
@@ -12,7 +13,7 @@ func BenchmarkAppendConcurrent(b *testing.B) { storetest.AppendConcurrent(b, ope
 
 // stores are memory and SQLite, side by side.
 var stores = []storetest.Store{
-	{Name: "memory", Open: func(testing.TB) flow.Store { return &flow.MemStore{} }},
+	{Name: "memory", Open: func(testing.TB) flow.Store { return &memstore.Store{} }},
 	{Name: "sqlite", Open: func(b testing.TB) flow.Store { return open(b) }},
 }
 

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"superego/engine"
 	"superego/flow"
 	"superego/flow/storetest"
 	"superego/sqlite"
@@ -134,8 +135,8 @@ func TestChangedRowIsReportedNotServed(t *testing.T) {
 // needs pages of its own.
 type answers struct{}
 
-func (answers) Act(_ context.Context, t *flow.Task, _ func(flow.Event)) (flow.Reply, error) {
-	return flow.Reply{Decision: "ACCEPT", Response: strings.Repeat("The answer is 42. ", 300)}, nil
+func (answers) Act(_ context.Context, t *engine.Task, _ func(flow.Event)) (engine.Reply, error) {
+	return engine.Reply{Decision: "ACCEPT", Response: strings.Repeat("The answer is 42. ", 300)}, nil
 }
 
 // A real full disk, as SQLite meets it: the database may not grow. A client
@@ -156,7 +157,7 @@ func TestSQLiteOnAFullDisk(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := &flow.Engine{Flows: map[string]*flow.Flow{"one": {ID: "one", Def: def}}, Exec: &flow.Executor{Agent: answers{}}, Store: s,
+	e := &engine.Engine{Flows: map[string]*flow.Flow{"one": {ID: "one", Def: def}}, Exec: &engine.Executor{Agent: answers{}}, Store: s,
 		Log: slog.New(slog.DiscardHandler)}
 	defer e.Close(ctx)
 	if _, err := s.LimitPages(8); err != nil {
@@ -165,7 +166,7 @@ func TestSQLiteOnAFullDisk(t *testing.T) {
 	told := map[string]string{} // instance → the status its client was told
 	codes := map[string]int{}
 	for i := range 40 {
-		sub, err := e.Start(ctx, flow.Request{FlowID: "one", Input: fmt.Sprintf("What is %d*7?", i)})
+		sub, err := e.Start(ctx, engine.Request{FlowID: "one", Input: fmt.Sprintf("What is %d*7?", i)})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"superego/engine"
 	"superego/flow"
 	"superego/supervision"
 	"superego/tools"
@@ -26,7 +27,7 @@ var catalog = supervision.Catalog{
 }
 
 func session(base ...flow.ContextItem) *supervision.Session {
-	return supervision.NewSession(&flow.Supervised{Base: base}, catalog)
+	return supervision.NewSession(&engine.Supervised{Base: base}, catalog)
 }
 
 func call(t *testing.T, s *supervision.Session, node *flow.Node, tool, args string) (string, error) {

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 
+	"superego/engine"
 	"superego/flow"
 	"superego/tools"
 )
@@ -54,7 +55,7 @@ type Session struct {
 }
 
 // NewSession is a supervisor's session on the instance a task is about.
-func NewSession(s *flow.Supervised, cat Catalog) *Session {
+func NewSession(s *engine.Supervised, cat Catalog) *Session {
 	return &Session{Steps: s.Steps, Context: Replay(s.Base, s.Steps, true), Catalog: cat}
 }
 

@@ -18,7 +18,9 @@ import (
 
 	"superego/agents"
 	"superego/agents/agentstest"
+	"superego/engine"
 	"superego/flow"
+	"superego/memstore"
 	"superego/telemetry"
 	"superego/tools"
 )
@@ -59,7 +61,7 @@ func BenchmarkObserved(b *testing.B) {
 		b.Run(mode, func(b *testing.B) {
 			model := agents.Model{LLM: agentstest.Func(benchScript), Name: "openai:func"}
 			agent := &agents.Agent{Model: func(string) (agents.Model, error) { return model, nil }, Tools: tools.Set{"calculator": tools.Calculator()}}
-			x := &flow.Executor{Agent: agent}
+			x := &engine.Executor{Agent: agent}
 			var tp *sdktrace.TracerProvider
 			switch mode {
 			case "traces-drop":
@@ -83,11 +85,11 @@ func BenchmarkObserved(b *testing.B) {
 				}
 				x.Observe, agent.Observe = tel.Flow(), tel.Agents()
 			}
-			e := &flow.Engine{Flows: map[string]*flow.Flow{"calc": {ID: "calc", Def: def}}, Exec: x, Store: &discardStore{}, Log: slog.New(slog.DiscardHandler)}
+			e := &engine.Engine{Flows: map[string]*flow.Flow{"calc": {ID: "calc", Def: def}}, Exec: x, Store: &discardStore{}, Log: slog.New(slog.DiscardHandler)}
 			var bytes int
 			b.ReportAllocs()
 			for b.Loop() {
-				err := e.Run(context.Background(), flow.Request{FlowID: "calc", Input: "What is 5*10?"}, func(ev flow.Event) {
+				err := e.Run(context.Background(), engine.Request{FlowID: "calc", Input: "What is 5*10?"}, func(ev flow.Event) {
 					data, _ := json.Marshal(ev.Data)
 					bytes += len(data)
 				})
@@ -100,7 +102,7 @@ func BenchmarkObserved(b *testing.B) {
 }
 
 // discardStore keeps nothing: each write is durable at once.
-type discardStore struct{ flow.MemStore }
+type discardStore struct{ memstore.Store }
 
 func (*discardStore) Create(_ flow.Instance, done func(error))          { done(nil) }
 func (*discardStore) Append(_ string, _ []flow.Event, done func(error)) { done(nil) }
@@ -131,8 +133,8 @@ func BenchmarkSpan(b *testing.B) {
 	}
 	o := tel.Flow()
 	node := &flow.Node{Name: "calculator", AgentID: "calculator", Type: flow.InnerAgent}
-	run := flow.RunInfo{FlowID: "calc", InstanceID: "0b5e8c1c5d2a4f7e9a3b6c1d2e4f5a6b", RunID: "7c1d2e4f5a6b0b5e8c1c5d2a4f7e9a3b"}
-	it := flow.Iteration{RunInfo: run, Node: node, StepID: "3"}
+	run := engine.RunInfo{FlowID: "calc", InstanceID: "0b5e8c1c5d2a4f7e9a3b6c1d2e4f5a6b", RunID: "7c1d2e4f5a6b0b5e8c1c5d2a4f7e9a3b"}
+	it := engine.Iteration{RunInfo: run, Node: node, StepID: "3"}
 	root, rootSpan := tracer.Start(context.Background(), "run calc", trace.WithNewRoot())
 	defer rootSpan.End()
 

@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"superego/agents"
+	"superego/engine"
 	"superego/flow"
 	"superego/telemetry"
 )
@@ -30,7 +31,7 @@ func TestDeployNamesOurMetrics(t *testing.T) {
 	// A series of every family, so that each is gathered.
 	ctx := context.Background()
 	o, a := tel.Flow(), tel.Agents()
-	run := flow.RunInfo{FlowID: "f"}
+	run := engine.RunInfo{FlowID: "f"}
 	o.RunEnded(o.RunStarted(ctx, run), run, "completed", "")
 	o.Stepped("f", "n", "ACCEPT")
 	o.Drafted("f", "n", true)

@@ -11,7 +11,9 @@ import (
 	"superego/agents"
 	"superego/agents/agentstest"
 	"superego/api"
+	"superego/engine"
 	"superego/flow"
+	"superego/memstore"
 	"superego/telemetry"
 )
 
@@ -39,8 +41,8 @@ func TestDecisionsByBasis(t *testing.T) {
 		t.Fatal(err)
 	}
 	log := slog.New(slog.DiscardHandler)
-	f := &fixture{engine: &flow.Engine{Flows: map[string]*flow.Flow{"s": {ID: "s", Def: def}},
-		Exec: &flow.Executor{Agent: &agents.Agent{Model: p.Model}, Observe: tel.Flow(), Library: flow.Library{"vegan": "# Vegan"}}, Store: &flow.MemStore{}, Log: log}}
+	f := &fixture{engine: &engine.Engine{Flows: map[string]*flow.Flow{"s": {ID: "s", Def: def}},
+		Exec: &engine.Executor{Agent: &agents.Agent{Model: p.Model}, Observe: tel.Flow(), Library: flow.Library{"vegan": "# Vegan"}}, Store: &memstore.Store{}, Log: log}}
 	srv := httptest.NewServer((&api.Server{Engine: f.engine, Log: log, Metrics: telemetry.Handler(reg)}).Handler())
 	t.Cleanup(func() {
 		srv.Close()

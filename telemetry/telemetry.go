@@ -32,6 +32,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"superego/agents"
+	"superego/engine"
 	"superego/flow"
 )
 
@@ -219,8 +220,8 @@ const (
 )
 
 // Flow is the observer the engine and its executor are given.
-func (t *Telemetry) Flow() *flow.Observer {
-	o := &flow.Observer{
+func (t *Telemetry) Flow() *engine.Observer {
+	o := &engine.Observer{
 		RunStarted: t.runStarted,
 		RunEnded:   t.runEnded,
 		Stepped: func(flowID, node, decision string) {
@@ -260,7 +261,7 @@ func recording(ctx context.Context) bool {
 // setting them once took a tenth off a traced flow. No sampler
 // OpenTelemetry's variables name reads them (see recording).
 
-func (t *Telemetry) nodeStarted(ctx context.Context, it flow.Iteration) context.Context {
+func (t *Telemetry) nodeStarted(ctx context.Context, it engine.Iteration) context.Context {
 	if !recording(ctx) {
 		return ctx
 	}
@@ -268,7 +269,7 @@ func (t *Telemetry) nodeStarted(ctx context.Context, it flow.Iteration) context.
 	return ctx
 }
 
-func (t *Telemetry) nodeEnded(ctx context.Context, it flow.Iteration, decision, code string) {
+func (t *Telemetry) nodeEnded(ctx context.Context, it engine.Iteration, decision, code string) {
 	span := trace.SpanFromContext(ctx)
 	if !span.IsRecording() {
 		return
@@ -288,7 +289,7 @@ func (t *Telemetry) nodeEnded(ctx context.Context, it flow.Iteration, decision, 
 	span.End()
 }
 
-func (t *Telemetry) runStarted(ctx context.Context, run flow.RunInfo) context.Context {
+func (t *Telemetry) runStarted(ctx context.Context, run engine.RunInfo) context.Context {
 	t.runsStarted.get([1]string{run.FlowID}).Inc()
 	t.runsInFlight.Inc()
 	if t.tracer == nil {
@@ -298,7 +299,7 @@ func (t *Telemetry) runStarted(ctx context.Context, run flow.RunInfo) context.Co
 	return ctx
 }
 
-func (t *Telemetry) runEnded(ctx context.Context, run flow.RunInfo, status, code string) {
+func (t *Telemetry) runEnded(ctx context.Context, run engine.RunInfo, status, code string) {
 	t.runsFinished.get([2]string{run.FlowID, status}).Inc()
 	t.runsInFlight.Dec()
 	if t.tracer == nil {

@@ -28,7 +28,9 @@ import (
 	"superego/agents"
 	"superego/agents/agentstest"
 	"superego/api"
+	"superego/engine"
 	"superego/flow"
+	"superego/memstore"
 	"superego/telemetry"
 	"superego/tools"
 )
@@ -113,7 +115,7 @@ func (m *scripted) script(r agentstest.Request) agentstest.Answer {
 
 type fixture struct {
 	url    string
-	engine *flow.Engine
+	engine *engine.Engine
 	spans  *tracetest.InMemoryExporter
 	logs   *syncBuffer
 	model  *scripted
@@ -168,7 +170,7 @@ func serve(t *testing.T, traces, content bool) *fixture {
 		t.Fatal(err)
 	}
 	agent := &agents.Agent{Model: p.Model, Tools: set, Timeout: 5 * time.Second, Observe: tel.Agents()}
-	f.engine = &flow.Engine{Flows: flows, Exec: &flow.Executor{Agent: agent, Observe: tel.Flow()}, Store: &flow.MemStore{}, Log: log}
+	f.engine = &engine.Engine{Flows: flows, Exec: &engine.Executor{Agent: agent, Observe: tel.Flow()}, Store: &memstore.Store{}, Log: log}
 	srv := httptest.NewServer((&api.Server{Engine: f.engine, Log: log, Metrics: telemetry.Handler(reg), Streams: tel.StreamSubscribers()}).Handler())
 	t.Cleanup(func() {
 		srv.Close()
@@ -643,7 +645,7 @@ func TestTraceOfAChunkedDraft(t *testing.T) {
 // waiting for a review, a client's results or the user's answer, and no
 // other.
 func TestInstancesWaiting(t *testing.T) {
-	store := &flow.MemStore{}
+	store := &memstore.Store{}
 	ignore := func(error) {}
 	for i, c := range []struct{ flow, status string }{
 		{"a", flow.StatusAwaitingInput}, {"a", flow.StatusAwaitingInput}, {"b", flow.StatusAwaitingInput},

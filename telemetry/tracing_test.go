@@ -17,7 +17,9 @@ import (
 
 	"superego/agents"
 	"superego/agents/agentstest"
+	"superego/engine"
 	"superego/flow"
+	"superego/memstore"
 	"superego/telemetry"
 	"superego/tools"
 )
@@ -62,8 +64,8 @@ func TestTracingFromTheEnvironment(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := &flow.Engine{Flows: map[string]*flow.Flow{"gated": {ID: "gated", Def: def}}, Exec: &flow.Executor{Agent: agent, Observe: tel.Flow()}, Store: &flow.MemStore{}}
-	if err := e.Run(context.Background(), flow.Request{FlowID: "gated", Input: "What is 6*7? hold me"}, func(flow.Event) {}); err != nil {
+	e := &engine.Engine{Flows: map[string]*flow.Flow{"gated": {ID: "gated", Def: def}}, Exec: &engine.Executor{Agent: agent, Observe: tel.Flow()}, Store: &memstore.Store{}}
+	if err := e.Run(context.Background(), engine.Request{FlowID: "gated", Input: "What is 6*7? hold me"}, func(flow.Event) {}); err != nil {
 		t.Fatal(err)
 	}
 	if err := tp.Shutdown(context.Background()); err != nil { // sends what is batched

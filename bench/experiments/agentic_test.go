@@ -15,8 +15,10 @@ import (
 
 	"superego/agents"
 	"superego/agents/agentstest"
+	"superego/engine"
 	"superego/experiment"
 	"superego/flow"
+	"superego/memstore"
 	"superego/tools"
 )
 
@@ -46,12 +48,12 @@ func BenchmarkAgenticBookkeeping(b *testing.B) {
 		b.Fatal(err)
 	}
 	flows := map[string]*flow.Flow{"bare_agent": f}
-	engine := &flow.Engine{Flows: flows, Exec: &flow.Executor{Agent: &agents.Agent{Model: p.Model, Tools: tools.Set{}, Timeout: 10 * time.Second}}, Store: &flow.MemStore{}}
-	lab := &experiment.Lab{Engine: engine, Store: &experiment.MemStore{}, Env: experiment.Env{Flows: flows, Providers: agents.ProviderNames, Dir: "../../experiments"}}
+	eng := &engine.Engine{Flows: flows, Exec: &engine.Executor{Agent: &agents.Agent{Model: p.Model, Tools: tools.Set{}, Timeout: 10 * time.Second}}, Store: &memstore.Store{}}
+	lab := &experiment.Lab{Engine: eng, Store: &experiment.MemStore{}, Env: experiment.Env{Flows: flows, Providers: agents.ProviderNames, Dir: "../../experiments"}}
 	defer func() {
 		expired, cancel := context.WithCancel(context.Background())
 		cancel()
-		engine.Close(expired)
+		eng.Close(expired)
 	}()
 	doc := `{"name": "bench", "dataset": "agentic_sample.jsonl", "conditions": [{"name": "a", "flow": "bare_agent"}], "concurrency": 8}`
 	var withLab, straight []time.Duration
@@ -62,7 +64,7 @@ func BenchmarkAgenticBookkeeping(b *testing.B) {
 				runLab(b, lab, doc)
 				withLab = append(withLab, time.Since(start))
 			} else {
-				runStraight(b, engine, samples)
+				runStraight(b, eng, samples)
 				straight = append(straight, time.Since(start))
 			}
 		}
@@ -104,7 +106,7 @@ func runLab(b *testing.B, lab *experiment.Lab, doc string) {
 
 // runStraight runs each sample on the engine, answering its calls with
 // the first canned result, 8 at a time.
-func runStraight(b *testing.B, engine *flow.Engine, samples []experiment.Sample) {
+func runStraight(b *testing.B, eng *engine.Engine, samples []experiment.Sample) {
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, 8)
 	for _, s := range samples {
@@ -116,11 +118,11 @@ func runStraight(b *testing.B, engine *flow.Engine, samples []experiment.Sample)
 			for _, t := range s.Tools {
 				c.Tools = append(c.Tools, flow.ClientTool{Name: t.Name, Parameters: t.Parameters, ReadOnly: t.ReadOnly})
 			}
-			req := flow.Request{FlowID: "bare_agent", Input: s.Input, Options: flow.RunOptions{Client: c}}
+			req := engine.Request{FlowID: "bare_agent", Input: s.Input, Options: flow.RunOptions{Client: c}}
 			for {
 				var done flow.Done
 				var id string
-				err := engine.Run(context.Background(), req, func(ev flow.Event) {
+				err := eng.Run(context.Background(), req, func(ev flow.Event) {
 					switch d := ev.Data.(type) {
 					case flow.Done:
 						done = d
@@ -135,7 +137,7 @@ func runStraight(b *testing.B, engine *flow.Engine, samples []experiment.Sample)
 				if done.Status != flow.StatusAwaitingToolResult {
 					return
 				}
-				req = flow.Request{FlowID: "bare_agent", InstanceID: id, Continue: true, Options: flow.RunOptions{Client: c}}
+				req = engine.Request{FlowID: "bare_agent", InstanceID: id, Continue: true, Options: flow.RunOptions{Client: c}}
 				for _, call := range done.ToolCalls {
 					i := slices.IndexFunc(s.Tools, func(t experiment.SimTool) bool { return t.Name == call.ToolName })
 					req.Options.Results = append(req.Options.Results, flow.ClientResult{ToolCallID: call.ToolCallID, Output: s.Tools[i].Returns[0].Result})

@@ -35,7 +35,9 @@ import (
 	"github.com/tmc/langchaingo/llms"
 
 	"superego/agents"
+	"superego/engine"
 	"superego/flow"
+	"superego/memstore"
 	"superego/sqlite"
 	"superego/tools"
 )
@@ -160,8 +162,8 @@ type bench struct {
 
 // engine is a server's engine for one agent: flows started through it are
 // numbered, stored and streamed as POST /flow/execute would stream them.
-func (b *bench) engine(agent *agents.Agent, maxRuns int) (*flow.Engine, func(), error) {
-	var store flow.Store = &flow.MemStore{}
+func (b *bench) engine(agent *agents.Agent, maxRuns int) (*engine.Engine, func(), error) {
+	var store flow.Store = &memstore.Store{}
 	closeStore := func() {}
 	if b.store == "sqlite" {
 		s, err := sqlite.Open(filepath.Join(b.dir, fmt.Sprintf("bench-%d.db", time.Now().UnixNano())))
@@ -170,13 +172,13 @@ func (b *bench) engine(agent *agents.Agent, maxRuns int) (*flow.Engine, func(), 
 		}
 		store, closeStore = s, func() { s.Close() }
 	}
-	var observe *flow.Observer
+	var observe *engine.Observer
 	if b.watch != nil {
 		observe = b.watch.tel.Flow()
 	}
-	return &flow.Engine{
+	return &engine.Engine{
 		Flows:   map[string]*flow.Flow{"g": {ID: "g", Def: b.def}},
-		Exec:    &flow.Executor{Agent: agent, Observe: observe, Library: b.library},
+		Exec:    &engine.Executor{Agent: agent, Observe: observe, Library: b.library},
 		Store:   store,
 		MaxRuns: maxRuns,
 		Log:     slog.New(slog.DiscardHandler),
@@ -184,9 +186,9 @@ func (b *bench) engine(agent *agents.Agent, maxRuns int) (*flow.Engine, func(), 
 }
 
 // runFlow runs one flow on e, under stack, and reads its whole stream.
-func runFlow(e *flow.Engine, c *client, stack []flow.StackEntry) error {
+func runFlow(e *engine.Engine, c *client, stack []flow.StackEntry) error {
 	var err error
-	if err0 := e.Run(context.Background(), flow.Request{FlowID: "g", Input: userInput, Options: flow.RunOptions{Stack: stack}}, func(ev flow.Event) {
+	if err0 := e.Run(context.Background(), engine.Request{FlowID: "g", Input: userInput, Options: flow.RunOptions{Stack: stack}}, func(ev flow.Event) {
 		if err == nil {
 			err = c.read(ev)
 		}
@@ -208,7 +210,7 @@ func (b *bench) direct(c *client) error {
 	node, input, from, guidance, guidanceFrom := g.Nodes["input_superego"], userInput, "", "", ""
 	var rounds []flow.Step
 	for n := 1; node != nil; n++ {
-		t := &flow.Task{Node: node, StepID: fmt.Sprint(n + 1), UserMessage: userInput, Input: input, InputFrom: from,
+		t := &engine.Task{Node: node, StepID: fmt.Sprint(n + 1), UserMessage: userInput, Input: input, InputFrom: from,
 			Guidance: guidance, GuidanceFrom: guidanceFrom, ToolRounds: rounds, Decisions: node.Decisions()}
 		var stack []flow.StackEntry
 		if node.TakesStack() && len(b.stack) > 0 {
@@ -267,7 +269,7 @@ func sequential(warmup, n int, minDur time.Duration, one func() error) ([]time.D
 
 // concurrent starts n flows at once behind a barrier, under stack, and
 // returns the wall time until the last one ends.
-func concurrent(e *flow.Engine, n int, stack []flow.StackEntry) (time.Duration, error) {
+func concurrent(e *engine.Engine, n int, stack []flow.StackEntry) (time.Duration, error) {
 	var ready, done sync.WaitGroup
 	barrier := make(chan struct{})
 	errs := make(chan error, n) // every flow reports once; nobody blocks
@@ -525,7 +527,7 @@ func run(seq int, minSeconds float64, warmup, conc, concBig int, delay time.Dura
 
 	// Sanity: one flow, five steps, the tool said 50.
 	var steps []flow.Step
-	sub, err := e0.Start(context.Background(), flow.Request{FlowID: "g", Input: userInput, Options: flow.RunOptions{Stack: b.stack}})
+	sub, err := e0.Start(context.Background(), engine.Request{FlowID: "g", Input: userInput, Options: flow.RunOptions{Stack: b.stack}})
 	if err != nil {
 		return err
 	}

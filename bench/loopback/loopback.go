@@ -14,7 +14,9 @@ import (
 
 	"superego/agents"
 	"superego/api"
+	"superego/engine"
 	"superego/flow"
+	"superego/memstore"
 	"superego/sqlite"
 	"superego/tools"
 )
@@ -35,7 +37,7 @@ type Server struct {
 
 // Serve starts the server. stop ends it and closes the store.
 func (s Server) Serve() (url string, stop func(), err error) {
-	var st flow.Store = &flow.MemStore{}
+	var st flow.Store = &memstore.Store{}
 	closeStore := func() {}
 	if s.Store == "sqlite" {
 		db, err := sqlite.Open(filepath.Join(s.Dir, "bench.db"))
@@ -46,7 +48,7 @@ func (s Server) Serve() (url string, stop func(), err error) {
 	}
 	p := &agents.Providers{Default: "openai:fake", OpenAIKey: "k", OpenAIBaseURL: s.ModelURL + "/v1", AnthropicKey: "k", AnthropicBaseURL: s.AnthropicURL}
 	log := slog.New(slog.DiscardHandler)
-	engine := &flow.Engine{Flows: s.Flows, Exec: &flow.Executor{Agent: &agents.Agent{Model: p.Model, MCP: s.MCP, Timeout: time.Minute}}, Store: st, Log: log}
+	engine := &engine.Engine{Flows: s.Flows, Exec: &engine.Executor{Agent: &agents.Agent{Model: p.Model, MCP: s.MCP, Timeout: time.Minute}}, Store: st, Log: log}
 	api := &api.Server{Engine: engine, Model: "openai:fake", MCP: s.MCP, Log: log, UpstreamModels: s.UpstreamModels}
 	srv := &http.Server{Handler: api.Handler(), ReadHeaderTimeout: 10 * time.Second}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")

@@ -26,7 +26,9 @@ import (
 
 	"superego/agents"
 	"superego/api"
+	"superego/engine"
 	"superego/flow"
+	"superego/memstore"
 	"superego/tools"
 )
 
@@ -65,8 +67,8 @@ func run(flowsDir, constitutionsDir, flowID, input string, n, warmup int) error 
 	}
 	providers := &agents.Providers{Default: "offline"}
 	log := slog.New(slog.DiscardHandler)
-	engine := &flow.Engine{Flows: flows, Exec: &flow.Executor{Agent: &agents.Agent{Model: providers.Model, Tools: set, Workspaces: ws}},
-		Store: &flow.MemStore{}, MaxRuns: 64, Log: log}
+	engine := &engine.Engine{Flows: flows, Exec: &engine.Executor{Agent: &agents.Agent{Model: providers.Model, Tools: set, Workspaces: ws}},
+		Store: &memstore.Store{}, MaxRuns: 64, Log: log}
 	srv := &http.Server{Handler: (&api.Server{Engine: engine, Log: log}).Handler()}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

@@ -17,6 +17,7 @@ import (
 	"superego/agents/agentstest"
 	"superego/flow"
 	"superego/flow/storetest"
+	"superego/memstore"
 	"superego/postgres"
 	"superego/postgres/pgtest"
 	"superego/sqlite"
@@ -24,7 +25,7 @@ import (
 )
 
 var stores = []storetest.Store{
-	{Name: "memory", Open: func(testing.TB) flow.Store { return &flow.MemStore{} }},
+	{Name: "memory", Open: func(testing.TB) flow.Store { return &memstore.Store{} }},
 	{Name: "sqlite", Open: func(tb testing.TB) flow.Store {
 		s, err := sqlite.Open(filepath.Join(tb.TempDir(), "superego.db"))
 		if err != nil {

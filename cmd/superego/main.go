@@ -33,8 +33,10 @@ import (
 	"superego/agents"
 	"superego/api"
 	"superego/backoff"
+	"superego/engine"
 	"superego/experiment"
 	"superego/flow"
+	"superego/memstore"
 	"superego/postgres"
 	"superego/replica"
 	"superego/sqlite"
@@ -132,7 +134,7 @@ func sqliteFile(db string) bool {
 func openStore(cfg config) (flow.Store, func() error, error) {
 	switch {
 	case cfg.DB == "memory":
-		return &flow.MemStore{}, func() error { return nil }, nil
+		return &memstore.Store{}, func() error { return nil }, nil
 	case !sqliteFile(cfg.DB):
 		s, err := postgres.Open(context.Background(), cfg.DB)
 		if err != nil {
@@ -171,7 +173,7 @@ func readUsers(path string, lib flow.Library) (map[string]api.User, error) {
 
 // wiring is the program's parts, built from the configuration.
 type wiring struct {
-	engine    *flow.Engine
+	engine    *engine.Engine
 	refused   []flow.Refused
 	providers *agents.Providers
 	lab       *experiment.Lab
@@ -241,7 +243,7 @@ func wire(cfg config, log *slog.Logger) (*wiring, error) {
 	if cache, ok := experiments.(agents.ReplyCache); ok {
 		agent.Cache = cache
 	}
-	engine := &flow.Engine{Flows: flows, Exec: &flow.Executor{Agent: agent, Context: append(rules, references...), Library: texts}, Store: store, MaxRuns: cfg.MaxRuns, MaxInput: int64(cfg.MaxInputMiB) << 20, Log: log}
+	engine := &engine.Engine{Flows: flows, Exec: &engine.Executor{Agent: agent, Context: append(rules, references...), Library: texts}, Store: store, MaxRuns: cfg.MaxRuns, MaxInput: int64(cfg.MaxInputMiB) << 20, Log: log}
 	lab := &experiment.Lab{Engine: engine, Store: experiments, Log: log, RateLimited: limited.Waits,
 		Env: experiment.Env{Flows: flows, Constitutions: texts, Providers: agents.ProviderNames, Dir: cfg.Experiments, Confined: true, MaxOutcomes: cfg.MaxOutcomes,
 			Version: version()}}

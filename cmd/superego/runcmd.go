@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"strings"
 
+	"superego/engine"
 	"superego/flow"
 )
 
@@ -25,7 +26,7 @@ func runFlow(ctx context.Context, cfg config, args []string, stdout, stderr io.W
 		return exitUsage
 	}
 	defer w.close()
-	engine := w.engine
+	e := w.engine
 	for _, r := range w.refused {
 		if r.ID == args[0] {
 			fmt.Fprintf(stderr, "superego run: flow %s is refused:\n  %s\n", r.ID, strings.Join(r.Errors, "\n  "))
@@ -35,12 +36,12 @@ func runFlow(ctx context.Context, cfg config, args []string, stdout, stderr io.W
 	p := &printer{w: stdout, json: cfg.JSON}
 	status := flow.StatusCancelled
 	var stop func() bool
-	err = engine.Run(ctx, flow.Request{FlowID: args[0], Input: args[1]}, func(ev flow.Event) {
+	err = e.Run(ctx, engine.Request{FlowID: args[0], Input: args[1]}, func(ev flow.Event) {
 		p.print(ev)
 		switch d := ev.Data.(type) {
 		case flow.RunStart:
 			stop = context.AfterFunc(ctx, func() { // Ctrl-C cancels the run; it still ends with done
-				engine.Cancel(context.Background(), d.InstanceID)
+				e.Cancel(context.Background(), d.InstanceID)
 			})
 		case flow.Done:
 			status = d.Status

@@ -12,7 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"superego/agents"
-	"superego/flow"
+	"superego/engine"
 	"superego/telemetry"
 )
 
@@ -84,7 +84,7 @@ func watch(ctx context.Context, cfg config, log *slog.Logger) (*operators, *slog
 }
 
 // observe has the engine's runs, and its agent's calls, observed.
-func (ops *operators) observe(engine *flow.Engine) error {
+func (ops *operators) observe(engine *engine.Engine) error {
 	engine.Exec.Observe = ops.tel.Flow()
 	if err := telemetry.Waiting(ops.reg, engine.Store); err != nil {
 		return err

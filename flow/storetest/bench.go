@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"superego/engine"
 	"superego/flow"
 )
 
@@ -68,16 +69,16 @@ func AppendConcurrent(b *testing.B, s flow.Store) {
 
 type instant struct{}
 
-func (instant) Act(_ context.Context, t *flow.Task, _ func(flow.Event)) (flow.Reply, error) {
+func (instant) Act(_ context.Context, t *engine.Task, _ func(flow.Event)) (engine.Reply, error) {
 	switch {
 	case t.Node.Name == "calculator" && len(t.ToolRounds) == 0:
-		return flow.Reply{ToolUsage: []flow.ToolUse{{ID: "c", ToolName: "calculator", Input: json.RawMessage(`{"expression":"5*10"}`), Output: "50"}}}, nil
+		return engine.Reply{ToolUsage: []flow.ToolUse{{ID: "c", ToolName: "calculator", Input: json.RawMessage(`{"expression":"5*10"}`), Output: "50"}}}, nil
 	case t.Node.Name == "calculator":
-		return flow.Reply{Decision: "COMPLETE", Response: "5*10 = 50"}, nil
+		return engine.Reply{Decision: "COMPLETE", Response: "5*10 = 50"}, nil
 	case t.Node.Name == "input_superego":
-		return flow.Reply{Decision: "CAUTION", Response: "ok", Thinking: "benign", AgentGuidance: "verify"}, nil
+		return engine.Reply{Decision: "CAUTION", Response: "ok", Thinking: "benign", AgentGuidance: "verify"}, nil
 	}
-	return flow.Reply{Decision: "ACCEPT"}, nil
+	return engine.Reply{Decision: "ACCEPT"}, nil
 }
 
 // Guarded is the guarded calculator's flow, as the engine's benchmarks
@@ -96,13 +97,13 @@ type Store struct {
 // Flows runs flows of def one after another through the engine, with
 // agent, a watcher encoding every event as it is delivered, on each store.
 // bench/stores runs the guarded calculator with the real agents on it.
-func Flows(b *testing.B, stores []Store, def *flow.Definition, agent flow.Agent) {
+func Flows(b *testing.B, stores []Store, def *flow.Definition, agent engine.Agent) {
 	for _, store := range stores {
 		b.Run(store.Name, func(b *testing.B) {
-			e := &flow.Engine{Flows: map[string]*flow.Flow{"g": {ID: "g", Def: def}}, Exec: &flow.Executor{Agent: agent}, Store: store.Open(b)}
+			e := &engine.Engine{Flows: map[string]*flow.Flow{"g": {ID: "g", Def: def}}, Exec: &engine.Executor{Agent: agent}, Store: store.Open(b)}
 			b.ReportAllocs()
 			for b.Loop() {
-				if err := e.Run(context.Background(), flow.Request{FlowID: "g", Input: "What is 5*10?"}, func(ev flow.Event) { json.Marshal(ev.Data) }); err != nil {
+				if err := e.Run(context.Background(), engine.Request{FlowID: "g", Input: "What is 5*10?"}, func(ev flow.Event) { json.Marshal(ev.Data) }); err != nil {
 					b.Fatal(err)
 				}
 			}

@@ -32,6 +32,7 @@ import (
 	"github.com/tmc/langchaingo/llms"
 
 	"superego/agents"
+	"superego/engine"
 	"superego/flow"
 	"superego/flows"
 )
@@ -105,8 +106,8 @@ func judge(ctx context.Context, req request, getenv func(string) string) (verdic
 	}
 	agent := &agents.Agent{Model: func(string) (agents.Model, error) { return m, nil }, Timeout: req.Timeout}
 	var step flow.Step
-	out := (&flow.Executor{Agent: agent}).Run(ctx, flow.Turn{FlowID: "sg_phase", Def: d, InstanceID: flow.NewID(), RunID: flow.NewID(), Input: req.Input},
-		flow.Sink{Emit: func(evs ...flow.Event) error {
+	out := (&engine.Executor{Agent: agent}).Run(ctx, engine.Turn{FlowID: "sg_phase", Def: d, InstanceID: flow.NewID(), RunID: flow.NewID(), Input: req.Input},
+		engine.Sink{Emit: func(evs ...flow.Event) error {
 			for _, ev := range evs {
 				if s, ok := ev.Data.(flow.Step); ok && s.Node == "phase_judge" {
 					step = s

@@ -15,8 +15,10 @@ import (
 	"superego/agents/agentstest"
 	"superego/api"
 	"superego/constitutions"
+	"superego/engine"
 	"superego/flow"
 	"superego/flows"
+	"superego/memstore"
 )
 
 // Markers planted in the judge's hidden fields: they must never come out.
@@ -117,8 +119,8 @@ func TestJudgeOnServer(t *testing.T) {
 	model := agents.Model{LLM: agentstest.Func(func(agentstest.Request) agentstest.Answer {
 		return agentstest.Reply(thinkingMarker, "READY", guidanceMarker, "Implement JWT auth.")
 	}), Name: "func"}
-	engine := &flow.Engine{Flows: map[string]*flow.Flow{"sg_phase": {ID: "sg_phase", Def: def}},
-		Exec: &flow.Executor{Agent: &agents.Agent{Model: func(string) (agents.Model, error) { return model, nil }}}, Store: &flow.MemStore{}}
+	engine := &engine.Engine{Flows: map[string]*flow.Flow{"sg_phase": {ID: "sg_phase", Def: def}},
+		Exec: &engine.Executor{Agent: &agents.Agent{Model: func(string) (agents.Model, error) { return model, nil }}}, Store: &memstore.Store{}}
 	srv := httptest.NewServer((&api.Server{Engine: engine, Model: "func"}).Handler())
 	defer srv.Close()
 	code, out, stderr := judgeOnce(t, request{Server: srv.URL, Timeout: time.Minute, Input: "go ahead"}, nil)

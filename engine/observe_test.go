@@ -1,4 +1,4 @@
-package flow_test
+package engine_test
 
 import (
 	"context"
@@ -10,7 +10,9 @@ import (
 	"testing"
 	"time"
 
+	"superego/engine"
 	"superego/flow"
+	"superego/memstore"
 )
 
 // recorder is an observer that writes down what it is told.
@@ -28,22 +30,22 @@ func (r *recorder) add(format string, args ...any) {
 
 type ctxKey struct{}
 
-func (r *recorder) observer() *flow.Observer {
-	return &flow.Observer{
-		RunStarted: func(ctx context.Context, run flow.RunInfo) context.Context {
+func (r *recorder) observer() *engine.Observer {
+	return &engine.Observer{
+		RunStarted: func(ctx context.Context, run engine.RunInfo) context.Context {
 			r.add("run %s started", run.FlowID)
 			return context.WithValue(ctx, ctxKey{}, "run")
 		},
-		RunEnded: func(ctx context.Context, run flow.RunInfo, status, code string) {
+		RunEnded: func(ctx context.Context, run engine.RunInfo, status, code string) {
 			r.add("run %s ended %s%s, in %v", run.FlowID, status, code, ctx.Value(ctxKey{}))
 		},
-		NodeStarted: func(ctx context.Context, it flow.Iteration) context.Context {
+		NodeStarted: func(ctx context.Context, it engine.Iteration) context.Context {
 			if it.RunID == "" || it.InstanceID == "" || ctx.Value(ctxKey{}) != "run" {
 				r.add("node %s without its run", it.Node.Name)
 			}
 			return ctx
 		},
-		NodeEnded: func(ctx context.Context, it flow.Iteration, decision, code string) {
+		NodeEnded: func(ctx context.Context, it engine.Iteration, decision, code string) {
 			r.add("node %s step %s speculative %v: %s%s", it.Node.Name, it.StepID, it.Speculative, decision, code)
 		},
 		Stepped: func(flowID, node, decision string) { r.add("step %s %s %s", flowID, node, decision) },
@@ -97,15 +99,15 @@ func TestObserverSeesRunsNodesStepsAndDrafts(t *testing.T) {
 		}},
 	} {
 		t.Run(c.out, func(t *testing.T) {
-			agent := byNode(map[string][]flow.Reply{
+			agent := byNode(map[string][]engine.Reply{
 				"in":   {{Decision: "ACCEPT"}},
 				"work": {toolReply, {Decision: "COMPLETE", Response: "draft"}},
 				"out":  {{Decision: c.out, Response: "judged"}},
 			})
 			r := &recorder{}
-			e := &flow.Engine{Flows: map[string]*flow.Flow{"s": {ID: "s", Def: mustParse(t, def)}},
-				Exec: &flow.Executor{Agent: agent, Observe: r.observer()}, Store: &flow.MemStore{}, Log: slog.New(slog.DiscardHandler)}
-			if err := e.Run(context.Background(), flow.Request{FlowID: "s", Input: "hi"}, func(flow.Event) {}); err != nil {
+			e := &engine.Engine{Flows: map[string]*flow.Flow{"s": {ID: "s", Def: mustParse(t, def)}},
+				Exec: &engine.Executor{Agent: agent, Observe: r.observer()}, Store: &memstore.Store{}, Log: slog.New(slog.DiscardHandler)}
+			if err := e.Run(context.Background(), engine.Request{FlowID: "s", Input: "hi"}, func(flow.Event) {}); err != nil {
 				t.Fatal(err)
 			}
 			// The speculative turn runs beside its judge: its iterations
@@ -134,7 +136,7 @@ func TestObserverSeesRunsNodesStepsAndDrafts(t *testing.T) {
 
 // A nil observer observes nothing, and a run goes as it did.
 func TestNilObserver(t *testing.T) {
-	agent := byNode(map[string][]flow.Reply{"in": {reply("BLOCK", "no")}})
+	agent := byNode(map[string][]engine.Reply{"in": {reply("BLOCK", "no")}})
 	res := runTurn(t, mustParse(t, guarded), agent, nil, "hi")
 	if res.out.Status != flow.StatusBlocked {
 		t.Errorf("status %s", res.out.Status)

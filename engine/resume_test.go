@@ -1,4 +1,4 @@
-package flow_test
+package engine_test
 
 import (
 	"context"
@@ -7,6 +7,7 @@ import (
 	"sync"
 	"testing"
 
+	"superego/engine"
 	"superego/flow"
 )
 
@@ -27,7 +28,7 @@ func TestResumedRunKeepsTheUsersMessage(t *testing.T) {
 	}
 	var mu sync.Mutex
 	seen := map[string][2]string{} // node → its task's user message and input
-	agent := agentFunc(func(task *flow.Task) (flow.Reply, error) {
+	agent := agentFunc(func(task *engine.Task) (engine.Reply, error) {
 		mu.Lock()
 		seen[task.Node.Name] = [2]string{task.UserMessage, task.Input}
 		mu.Unlock()
@@ -36,9 +37,9 @@ func TestResumedRunKeepsTheUsersMessage(t *testing.T) {
 		}
 		return reply("ACCEPT", ""), nil
 	})
-	out := (&flow.Executor{Agent: agent}).Run(context.Background(),
-		flow.Turn{FlowID: "g", Def: def, InstanceID: "i", RunID: "r2", Steps: prior, Resume: true},
-		flow.Sink{Emit: func(...flow.Event) error { return nil }})
+	out := (&engine.Executor{Agent: agent}).Run(context.Background(),
+		engine.Turn{FlowID: "g", Def: def, InstanceID: "i", RunID: "r2", Steps: prior, Resume: true},
+		engine.Sink{Emit: func(...flow.Event) error { return nil }})
 	if out.Status != flow.StatusCompleted || out.Response != "42" {
 		t.Fatalf("resumed run: %s %q", out.Status, out.Response)
 	}
@@ -62,11 +63,11 @@ func TestInterruptedCallsOnAWithheldDraftKeepItHidden(t *testing.T) {
 	}
 	// The log's last event: the fixer's call began, and the crash came.
 	st := flow.Replay([]flow.Event{{ID: 1, Name: flow.EventToolCall, Data: flow.ToolCall{Node: "fixer", ToolName: "calculator", Input: []byte(`{"expression":"1+1"}`), ToolCallID: "c1"}}})
-	agent := agentFunc(func(task *flow.Task) (flow.Reply, error) { return reply("COMPLETE", "fixed"), nil })
+	agent := agentFunc(func(task *engine.Task) (engine.Reply, error) { return reply("COMPLETE", "fixed"), nil })
 	var steps []flow.Step
-	out := (&flow.Executor{Agent: agent}).Run(context.Background(),
-		flow.Turn{FlowID: "w", Def: def, InstanceID: "i", RunID: "r2", Steps: prior, Resume: true, Unfinished: st.Unfinished},
-		flow.Sink{Emit: func(evs ...flow.Event) error {
+	out := (&engine.Executor{Agent: agent}).Run(context.Background(),
+		engine.Turn{FlowID: "w", Def: def, InstanceID: "i", RunID: "r2", Steps: prior, Resume: true, Unfinished: st.Unfinished},
+		engine.Sink{Emit: func(evs ...flow.Event) error {
 			for _, e := range evs {
 				if s, ok := e.Data.(flow.Step); ok {
 					steps = append(steps, s)
@@ -101,18 +102,18 @@ func TestResultsAreDurableBeforeTheModelReadsThem(t *testing.T) {
 		order = append(order, s)
 		mu.Unlock()
 	}
-	agent := agentFunc(func(task *flow.Task) (flow.Reply, error) {
+	agent := agentFunc(func(task *engine.Task) (engine.Reply, error) {
 		note("model")
 		if len(task.ToolRounds) > 0 {
 			return reply("COMPLETE", "42"), nil
 		}
 		task.Calls.Propose(0, flow.ToolUse{ID: "c1", ToolName: "calculator", Input: []byte(`{"expression":"6*7"}`)},
-			flow.ToolInfo{ReadOnly: true, ClosedWorld: true}, func(context.Context, json.RawMessage) flow.Result { return flow.Result{Output: "42"} })
+			engine.ToolInfo{ReadOnly: true, ClosedWorld: true}, func(context.Context, json.RawMessage) engine.Result { return engine.Result{Output: "42"} })
 		uses, err := task.Calls.Finish(context.Background(), 1)
-		return flow.Reply{ToolUsage: uses}, err
+		return engine.Reply{ToolUsage: uses}, err
 	})
-	out := (&flow.Executor{Agent: agent}).Run(context.Background(), flow.Turn{FlowID: "r", Def: def, InstanceID: "i", RunID: "r", Input: "6*7?"},
-		flow.Sink{
+	out := (&engine.Executor{Agent: agent}).Run(context.Background(), engine.Turn{FlowID: "r", Def: def, InstanceID: "i", RunID: "r", Input: "6*7?"},
+		engine.Sink{
 			Emit: func(evs ...flow.Event) error {
 				for _, e := range evs {
 					note(e.Name)

@@ -1,4 +1,4 @@
-package flow
+package engine
 
 import (
 	"context"
@@ -12,29 +12,31 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"superego/flow"
 )
 
 // Agent runs one node once: one model call, and the tools the model asks for.
 // It may emit partial_output, tool_call and tool_result events as they happen.
 type Agent interface {
-	Act(ctx context.Context, t *Task, emit func(Event)) (Reply, error)
+	Act(ctx context.Context, t *Task, emit func(flow.Event)) (Reply, error)
 }
 
 // Task is everything a node's agent is given for one iteration.
 type Task struct {
 	FlowID     string
 	InstanceID string
-	Node       *Node
+	Node       *flow.Node
 	StepID     string // of the step this iteration will append
 
-	History      []Step // earlier turns, hidden fields removed
-	UserMessage  string // the message that opened this turn
-	Input        string // the message this node works on
-	InputFrom    string // agent id that produced Input; "" for the user
-	Guidance     string // agent_guidance of the step before this node's turn
+	History      []flow.Step // earlier turns, hidden fields removed
+	UserMessage  string      // the message that opened this turn
+	Input        string      // the message this node works on
+	InputFrom    string      // agent id that produced Input; "" for the user
+	Guidance     string      // agent_guidance of the step before this node's turn
 	GuidanceFrom string
-	ToolRounds   []Step   // this node's NEEDS_TOOL steps just before, oldest first
-	Decisions    []string // what the model may decide
+	ToolRounds   []flow.Step // this node's NEEDS_TOOL steps just before, oldest first
+	Decisions    []string    // what the model may decide
 
 	// Supervised, in a flow with rules, references or supervisors, for an
 	// inner agent or a supervisor (a node with allowed_actions): what makes
@@ -61,16 +63,16 @@ type Task struct {
 	// Approved are this node's calls that waited for a person's review,
 	// now answered: the agent runs those approved and refuses the rest, as
 	// they say, with no model call.
-	Approved []ToolUse
+	Approved []flow.ToolUse
 	// Action, for a superego, is a tool call or result to judge (§3c);
 	// Input is its text.
 	Action *Action
 	// Client, for the agent that takes a client's tools, is what the
 	// request offers it (SPEC §4a).
-	Client *ClientTools
+	Client *flow.ClientTools
 	// Stack, for a superego that takes one, is the user constitutions it
 	// judges under on top of its own, the floor (SPEC §10).
-	Stack []Layer
+	Stack []flow.Layer
 
 	fromWithheld bool // Input is a draft a superego withheld
 }
@@ -87,8 +89,8 @@ type DraftChunk struct {
 // removed), whose tool calls record its supervisors' changes, and the tools
 // its flow's inner agents name, which the changes may be about.
 type Supervised struct {
-	Base  []ContextItem
-	Steps []Step
+	Base  []flow.ContextItem
+	Steps []flow.Step
 	Tools []string
 }
 
@@ -98,7 +100,7 @@ type Reply struct {
 	Decision      string
 	AgentGuidance string
 	Response      string
-	ToolUsage     []ToolUse
+	ToolUsage     []flow.ToolUse
 	// Basis is what a stacked judge said its decision rests on: "floor"
 	// or a name of its stack, as the model wrote it.
 	Basis string
@@ -108,8 +110,8 @@ type Reply struct {
 	Model string
 	// ServedModel and Parameters are the step's (Step.ServedModel).
 	ServedModel string
-	Parameters  *Parameters
-	Usage       *Usage
+	Parameters  *flow.Parameters
+	Usage       *flow.Usage
 	Latency     time.Duration
 	Cached      bool // the model's reply came from the cache, with no call
 	Shared      bool // with Cached: from the same call in flight for another run
@@ -121,27 +123,27 @@ type Executor struct {
 	Now   func() time.Time // default time.Now
 	// Context is rules and references every instance of every flow starts
 	// with, before its flow's own.
-	Context []ContextItem
+	Context []flow.ContextItem
 	// Observe, where set, is told of runs, iterations, steps and drafts
 	// (observe.go); the engine tells it of runs and writes.
 	Observe *Observer
 	// Library is the constitutions a run's stack names (SPEC §10), read
 	// when the run starts or resumes.
-	Library Library
+	Library flow.Library
 }
 
 // Turn is one run of an instance: the input that starts it and the log it
 // continues.
 type Turn struct {
 	FlowID     string
-	Def        *Definition
+	Def        *flow.Definition
 	InstanceID string
 	RunID      string
-	Steps      []Step  // the instance's log before this run
-	Prior      []Step  // for a new instance: its conversation before Input, recorded with the run's start
-	Held       []Event // its held events (SPEC §3a), for a run that resumes
-	Options    RunOptions
-	Recorded   []Step // the turn Options.Replay replays
+	Steps      []flow.Step  // the instance's log before this run
+	Prior      []flow.Step  // for a new instance: its conversation before Input, recorded with the run's start
+	Held       []flow.Event // its held events (SPEC §3a), for a run that resumes
+	Options    flow.RunOptions
+	Recorded   []flow.Step // the turn Options.Replay replays
 	Input      string
 	Resume     bool // continue the interrupted run the log ends with; Input is its user step's
 	Opened     bool // with Resume: the log ends with this run's Opening, written for it; no new run_start
@@ -150,17 +152,7 @@ type Turn struct {
 	Continue bool
 	// Unfinished are the tool calls of an iteration the interruption cut
 	// short, as the log has them, for a run that resumes.
-	Unfinished Unfinished
-}
-
-// Review is a person's answer to a review the instance waits for: a
-// supervisor's HUMAN_REVIEW or proposed changes, or a tool call (SPEC
-// §3c). The run it starts records it with its options (RunOptions.Review),
-// so that a run resumed after a crash still answers it.
-type Review struct {
-	ReviewID string `json:"review_id,omitempty"`
-	Approve  bool   `json:"approve"`
-	Note     string `json:"note,omitempty"`
+	Unfinished flow.Unfinished
 }
 
 // Outcome is how a run ended.
@@ -176,9 +168,9 @@ type Outcome struct {
 // events as Emit does and, in the same write, forgets the held ones. A
 // Sink without Hold drops held events, and one without Settle emits.
 type Sink struct {
-	Emit   func(evs ...Event) error
-	Hold   func(ev Event) error
-	Settle func(evs ...Event) error
+	Emit   func(evs ...flow.Event) error
+	Hold   func(ev flow.Event) error
+	Settle func(evs ...flow.Event) error
 	// Sync waits until every event recorded so far is durable: a tool
 	// call is on record as started before it runs (SPEC §3c). nil: the
 	// sink keeps nothing that could be lost.
@@ -203,13 +195,13 @@ func (x *Executor) Run(ctx context.Context, t Turn, sink Sink) Outcome {
 func (x *Executor) newRunner(t *Turn, sink Sink) *runner {
 	// Room for a typical turn's steps, so appending rarely copies the log;
 	// the run keeps the log before it once, in steps.
-	steps := append(make([]Step, 0, len(t.Steps)+6), t.Steps...)
+	steps := append(make([]flow.Step, 0, len(t.Steps)+6), t.Steps...)
 	t.Steps = nil
 	r := &runner{x: x, t: t, now: x.now(), sink: sink, steps: steps, iters: map[string]int{}}
-	if len(x.Context) > 0 || len(t.Def.Context) > 0 || t.Def.supervised() {
+	if len(x.Context) > 0 || len(t.Def.Context) > 0 || t.Def.Supervises() {
 		var names []string
 		for _, n := range t.Def.Graph.Nodes {
-			if n.Type == InnerAgent {
+			if n.Type == flow.InnerAgent {
 				names = append(names, n.Tools...)
 			}
 		}
@@ -231,29 +223,29 @@ func (r *runner) end(out Outcome) Outcome {
 	if out.Status == statusInterrupted {
 		return out // held events stay held: the resumed run judges them
 	}
-	var end []Event
-	if out.Status == StatusFailed {
-		end = append(end, Event{Name: EventError, Data: ErrorData{Code: ErrorCode(out.Err), Message: out.Err.Error(), Node: r.cur}})
+	var end []flow.Event
+	if out.Status == flow.StatusFailed {
+		end = append(end, flow.Event{Name: flow.EventError, Data: flow.ErrorData{Code: flow.ErrorCode(out.Err), Message: out.Err.Error(), Node: r.cur}})
 	}
-	done := Done{InstanceID: t.InstanceID, Status: out.Status, Response: r.response, Usage: r.runUsage()}
+	done := flow.Done{InstanceID: t.InstanceID, Status: out.Status, Response: r.response, Usage: r.runUsage()}
 	if r.replay != nil {
 		done.Replay = &r.replay.counts
 	}
-	end = append(end, Event{Name: EventDone, Data: done})
+	end = append(end, flow.Event{Name: flow.EventDone, Data: done})
 	var err error
 	switch {
-	case out.Status == StatusAwaitingToolResult:
+	case out.Status == flow.StatusAwaitingToolResult:
 		sent := map[string]bool{}
 		this := r.steps[r.turn+1:]
 		for _, w := range waitingResults(this) {
-			done.ToolCalls = append(done.ToolCalls, ToolCall{Node: w.node, ToolName: w.use.ToolName, Input: w.use.Input, ToolCallID: w.use.ID})
+			done.ToolCalls = append(done.ToolCalls, flow.ToolCall{Node: w.node, ToolName: w.use.ToolName, Input: w.use.Input, ToolCallID: w.use.ID})
 			sent[w.use.ID] = true
 		}
 		// The answer's text is that of the reply whose calls go, where
 		// it was released: a held turn's stays held.
 		done.Response = ""
 		for i := len(this) - 1; i >= 0 && len(r.held) == 0; i-- {
-			if slices.ContainsFunc(this[i].ToolUsage, func(u ToolUse) bool { return sent[u.ID] }) {
+			if slices.ContainsFunc(this[i].ToolUsage, func(u flow.ToolUse) bool { return sent[u.ID] }) {
 				done.Response = this[i].Response
 				break
 			}
@@ -264,13 +256,13 @@ func (r *runner) end(out Outcome) Outcome {
 		} else {
 			err = r.emit(end...)
 		}
-	case len(r.held) > 0 && !(out.Status == StatusAwaitingReview && len(awaitingCalls(r.steps[r.turn+1:])) > 0):
+	case len(r.held) > 0 && !(out.Status == flow.StatusAwaitingReview && len(awaitingCalls(r.steps[r.turn+1:])) > 0):
 		err = r.settle(r.judgeOf(r.cur), false, end...) // fail closed: nothing unjudged goes out
 	default:
 		err = r.emit(end...) // a turn whose calls wait for review stays held: a pause is not an end
 	}
 	if err != nil && out.Err == nil {
-		out = Outcome{Status: StatusFailed, Err: err}
+		out = Outcome{Status: flow.StatusFailed, Err: err}
 	}
 	out.Response = r.response
 	return out
@@ -290,7 +282,7 @@ type runner struct {
 	t     *Turn
 	now   func() time.Time
 	sink  Sink
-	steps []Step
+	steps []flow.Step
 	iters map[string]int
 	turn  int // index in steps of this turn's user step
 	// context, where the flow has rules, references or supervisors, is
@@ -298,30 +290,30 @@ type runner struct {
 	// it has none of them.
 	context *Supervised
 
-	cur      string  // the node running
-	nsteps   int     // node steps this run
-	held     []Event // the held turn's events, in order (SPEC §3a)
-	response string  // the last non-empty response a client was sent
-	usage    RunUsage
-	chunks   map[string][]Chunk // a judge's chunk judgements, for its next step
-	verdicts map[string]*Reply  // a judge's verdict on a withheld chunk, for its next step
-	replay   *replayer          // for a replay: the recorded turn, walked beside this one
-	stack    []Layer            // the run's stack, with the library's texts
+	cur      string       // the node running
+	nsteps   int          // node steps this run
+	held     []flow.Event // the held turn's events, in order (SPEC §3a)
+	response string       // the last non-empty response a client was sent
+	usage    flow.RunUsage
+	chunks   map[string][]flow.Chunk // a judge's chunk judgements, for its next step
+	verdicts map[string]*Reply       // a judge's verdict on a withheld chunk, for its next step
+	replay   *replayer               // for a replay: the recorded turn, walked beside this one
+	stack    []flow.Layer            // the run's stack, with the library's texts
 	// unfinished, for a run that resumes, are the tool calls of the
 	// iteration it was interrupted in (finishInterrupted).
-	unfinished Unfinished
+	unfinished flow.Unfinished
 	// step is the step of the iteration running: here, not on the stack
 	// that a run waiting on its model holds.
-	step Step
+	step flow.Step
 
 	// history is the visible transcript before this turn (earlier); the
 	// steps before the turn do not change while it runs.
-	history     []Step
+	history     []flow.Step
 	historyOnce sync.Once
 }
 
 // emit sends events a client may see.
-func (r *runner) emit(evs ...Event) error {
+func (r *runner) emit(evs ...flow.Event) error {
 	r.track(evs)
 	return r.sink.Emit(evs...)
 }
@@ -331,18 +323,18 @@ func (r *runner) emit(evs ...Event) error {
 // the events' way to their subscribers.
 //
 //go:noinline
-func (r *runner) track(evs []Event) {
+func (r *runner) track(evs []flow.Event) {
 	for _, ev := range evs {
-		if s, ok := ev.Data.(Step); ok && s.Response != "" && s.Role != RoleUser {
+		if s, ok := ev.Data.(flow.Step); ok && s.Response != "" && s.Role != flow.RoleUser {
 			r.response = s.Response
 		}
 	}
 }
 
 // hold keeps an event of a held turn: durable, shown to nobody.
-func (r *runner) hold(ev Event) error {
+func (r *runner) hold(ev flow.Event) error {
 	r.held = append(r.held, ev)
-	if r.sink.Hold == nil || ev.Name == EventPartial { // partials are never stored
+	if r.sink.Hold == nil || ev.Name == flow.EventPartial { // partials are never stored
 		return nil
 	}
 	return r.sink.Hold(ev)
@@ -351,7 +343,7 @@ func (r *runner) hold(ev Event) error {
 // settle ends the held turn with judge's judgement: released, its events
 // go out as they were; withheld, each of its steps goes out empty, naming
 // judge, and nothing else of it. tail follows in the same write.
-func (r *runner) settle(judge string, release bool, tail ...Event) error {
+func (r *runner) settle(judge string, release bool, tail ...flow.Event) error {
 	return r.settleSending(judge, release, nil, tail...)
 }
 
@@ -361,8 +353,8 @@ func (r *runner) settle(judge string, release bool, tail ...Event) error {
 // they are. So do the calls a rule or a judge refused, and their judges'
 // steps: they never ran, and no later judgement can change that; the
 // draft's text and the results of calls that ran stay withheld.
-func (r *runner) settleSending(judge string, release bool, sent map[string]bool, tail ...Event) error {
-	group := make([]Event, 0, len(r.held)+len(tail))
+func (r *runner) settleSending(judge string, release bool, sent map[string]bool, tail ...flow.Event) error {
+	group := make([]flow.Event, 0, len(r.held)+len(tail))
 	if release {
 		group = append(group, r.held...)
 	} else {
@@ -382,21 +374,21 @@ func (r *runner) settleSending(judge string, release bool, sent map[string]bool,
 // withholds them, as settleSending says, and marks their steps withheld in
 // the log. It is apart from settleSending so that what it needs takes no
 // room on the stack while a turn that was released goes out.
-func (r *runner) withhold(group []Event, judge string, sent map[string]bool) []Event {
+func (r *runner) withhold(group []flow.Event, judge string, sent map[string]bool) []flow.Event {
 	withheld := map[string]bool{}
 	drafts := map[string]bool{} // the held steps' responses, which later held steps may have as input
 	refused := map[string]bool{}
 	for _, ev := range r.held {
-		if s, ok := ev.Data.(Step); ok && sent != nil {
+		if s, ok := ev.Data.(flow.Step); ok && sent != nil {
 			for _, u := range s.ToolUsage {
 				refused[u.ID] = refused[u.ID] || u.Refused
 			}
 		}
 	}
 	for _, ev := range r.held {
-		s, ok := ev.Data.(Step)
+		s, ok := ev.Data.(flow.Step)
 		switch {
-		case ok && s.Judged != nil && s.Judged.Kind == KindCall && (sent[s.Judged.ToolCallID] || refused[s.Judged.ToolCallID]):
+		case ok && s.Judged != nil && s.Judged.Kind == flow.KindCall && (sent[s.Judged.ToolCallID] || refused[s.Judged.ToolCallID]):
 			group = append(group, ev)
 		case ok:
 			drafts[s.Response] = true
@@ -428,7 +420,7 @@ func (r *runner) withhold(group []Event, judge string, sent map[string]bool) []E
 func (r *runner) run(ctx context.Context) (ended Outcome) {
 	defer func() {
 		if p := recover(); p != nil {
-			ended = Outcome{Status: StatusFailed, Err: &panicked{fmt.Sprintf("panic in node %s: %v", r.cur, p), debug.Stack()}}
+			ended = Outcome{Status: flow.StatusFailed, Err: &panicked{fmt.Sprintf("panic in node %s: %v", r.cur, p), debug.Stack()}}
 		}
 	}()
 	cur, first, end := r.begin()
@@ -443,20 +435,20 @@ func (r *runner) run(ctx context.Context) (ended Outcome) {
 		}
 		node := g.Nodes[cur]
 		if node == nil {
-			return Outcome{Status: StatusFailed, Err: fmt.Errorf("node %q is not in flow %q any more; the run cannot go on: %w", cur, r.t.FlowID, ErrInvalid)}
+			return Outcome{Status: flow.StatusFailed, Err: fmt.Errorf("node %q is not in flow %q any more; the run cannot go on: %w", cur, r.t.FlowID, flow.ErrInvalid)}
 		}
 		if r.iters[cur] >= node.Iterations() {
 			// MAX_ITERATIONS chains can cycle between exhausted nodes
 			// without a step; hops bounds them.
-			target, ok := node.Target(MaxIterations)
+			target, ok := node.Target(flow.MaxIterations)
 			if hops++; !ok || target == "" || hops > len(g.Nodes) {
-				return Outcome{Status: StatusIterationLimit}
+				return Outcome{Status: flow.StatusIterationLimit}
 			}
 			cur = target
 			continue
 		}
 		if r.nsteps >= g.Limit() {
-			return Outcome{Status: StatusIterationLimit}
+			return Outcome{Status: flow.StatusIterationLimit}
 		}
 		r.nsteps, hops = r.nsteps+1, 0
 		r.iters[cur]++
@@ -476,16 +468,16 @@ func (r *runner) run(ctx context.Context) (ended Outcome) {
 			spec = r.speculate(ctx, node)
 		}
 		step := &r.step
-		*step = Step{}
+		*step = flow.Step{}
 		by, err := r.act(ctx, node, step)
 		if err == nil && by != node { // a judge of its actions ended the run
 			if err := r.appendStep(step, by); err != nil {
-				return Outcome{Status: StatusFailed, Err: err}
+				return Outcome{Status: flow.StatusFailed, Err: err}
 			}
 			status, _ := ending(step, by)
 			return Outcome{Status: status}
 		}
-		if err != nil && ctx.Err() != nil && !errors.Is(err, ErrTimeout) {
+		if err != nil && ctx.Err() != nil && !errors.Is(err, flow.ErrTimeout) {
 			spec.discard(r)
 			return r.stopped(ctx)
 		}
@@ -495,12 +487,12 @@ func (r *runner) run(ctx context.Context) (ended Outcome) {
 		}
 		if err != nil {
 			spec.discard(r)
-			return Outcome{Status: StatusFailed, Err: err}
+			return Outcome{Status: flow.StatusFailed, Err: err}
 		}
 		onRecord := r.replay == nil || r.replay.asked(step)
 		if err := r.appendStep(step, node); err != nil {
 			spec.discard(r)
-			return Outcome{Status: StatusFailed, Err: err}
+			return Outcome{Status: flow.StatusFailed, Err: err}
 		}
 		if !onRecord {
 			// A decision that ends the run (a BLOCK that leads nowhere)
@@ -508,15 +500,15 @@ func (r *runner) run(ctx context.Context) (ended Outcome) {
 			if status, end := r.ending(step, node); end {
 				return Outcome{Status: status}
 			}
-			return Outcome{Status: StatusDiverged}
+			return Outcome{Status: flow.StatusDiverged}
 		}
 		if spec.accepted(step) {
 			err := spec.adopt(r, step)
-			if err != nil && ctx.Err() != nil && !errors.Is(err, ErrTimeout) {
+			if err != nil && ctx.Err() != nil && !errors.Is(err, flow.ErrTimeout) {
 				return r.stopped(ctx)
 			}
 			if err != nil {
-				return Outcome{Status: StatusFailed, Err: err}
+				return Outcome{Status: flow.StatusFailed, Err: err}
 			}
 			node = g.Nodes[step.Node]
 		} else {
@@ -537,21 +529,21 @@ func (r *runner) begin() (cur string, out Outcome, end bool) {
 	g := &r.t.Def.Graph
 	if r.t.Resume {
 		if !r.t.Opened {
-			start := Event{Name: EventRunStart, Data: RunStart{r.t.InstanceID, r.t.RunID, r.t.FlowID, true, r.t.Options}}
+			start := flow.Event{Name: flow.EventRunStart, Data: flow.RunStart{InstanceID: r.t.InstanceID, RunID: r.t.RunID, FlowID: r.t.FlowID, Resumed: true, RunOptions: r.t.Options}}
 			if err := r.emit(start); err != nil {
-				return "", Outcome{Status: StatusFailed, Err: err}, true
+				return "", Outcome{Status: flow.StatusFailed, Err: err}, true
 			}
 		}
 		if err := r.resume(); err != nil {
-			return "", Outcome{Status: StatusFailed, Err: err}, true
+			return "", Outcome{Status: flow.StatusFailed, Err: err}, true
 		}
 		// A held turn whose last step leads where nothing judges it was
 		// to be released at once: the crash came between its hold and
 		// its release.
-		if n := len(r.steps); len(r.held) > 0 && r.held[len(r.held)-1].Name == EventCompleteStep {
-			if s := r.steps[n-1]; !g.holds(s.NextAgent) {
+		if n := len(r.steps); len(r.held) > 0 && r.held[len(r.held)-1].Name == flow.EventCompleteStep {
+			if s := r.steps[n-1]; !g.Holds(s.NextAgent) {
 				if err := r.settle("", true); err != nil {
-					return "", Outcome{Status: StatusFailed, Err: err}, true
+					return "", Outcome{Status: flow.StatusFailed, Err: err}, true
 				}
 			}
 		}
@@ -560,28 +552,28 @@ func (r *runner) begin() (cur string, out Outcome, end bool) {
 		// the conversation before it.
 		opening := r.opening()
 		if err := r.sink.Emit(opening...); err != nil {
-			return "", Outcome{Status: StatusFailed, Err: err}, true
+			return "", Outcome{Status: flow.StatusFailed, Err: err}, true
 		}
 		if r.t.Options.Review != nil || r.t.Continue {
 			if err := r.resume(); err != nil { // it goes on with the turn it answers
-				return "", Outcome{Status: StatusFailed, Err: err}, true
+				return "", Outcome{Status: flow.StatusFailed, Err: err}, true
 			}
 		}
 	}
 	var err error
-	if r.stack, err = r.x.Library.layers(r.t.Options.Stack); err != nil {
-		return "", Outcome{Status: StatusFailed, Err: err}, true
+	if r.stack, err = r.x.Library.Layers(r.t.Options.Stack); err != nil {
+		return "", Outcome{Status: flow.StatusFailed, Err: err}, true
 	}
 	if r.t.Options.Review != nil {
 		if err := r.answer(); err != nil {
-			return "", Outcome{Status: StatusFailed, Err: err}, true
+			return "", Outcome{Status: flow.StatusFailed, Err: err}, true
 		}
 	}
 	if reason := r.t.Options.Abandon; reason != "" {
 		return "", r.abandon(reason), true
 	}
 	if err := r.finishInterrupted(); err != nil {
-		return "", Outcome{Status: StatusFailed, Err: err}, true
+		return "", Outcome{Status: flow.StatusFailed, Err: err}, true
 	}
 	last := &r.steps[len(r.steps)-1]
 	if status, end := r.ending(last, g.Nodes[last.Node]); end {
@@ -593,12 +585,12 @@ func (r *runner) begin() (cur string, out Outcome, end bool) {
 // fromRecord, in a replay, takes node's step from the recorded turn where
 // the replay still follows it: reused says it did, and next is where the
 // run goes on; out, where set, is how the run ends instead.
-func (r *runner) fromRecord(ctx context.Context, node *Node) (next string, out *Outcome, reused bool) {
+func (r *runner) fromRecord(ctx context.Context, node *flow.Node) (next string, out *Outcome, reused bool) {
 	rec, ok := r.replay.at(node.Name)
 	if !ok {
-		return "", &Outcome{Status: StatusDiverged}, false
+		return "", &Outcome{Status: flow.StatusDiverged}, false
 	}
-	if rec != nil && node.Type == InnerAgent {
+	if rec != nil && node.Type == flow.InnerAgent {
 		// A changed judge of its actions is asked again about the
 		// recorded calls and results: one that decides otherwise takes
 		// the run off the record, here, or ends it.
@@ -608,16 +600,16 @@ func (r *runner) fromRecord(ctx context.Context, node *Node) (next string, out *
 			out := r.stopped(ctx)
 			return "", &out, false
 		case err != nil:
-			return "", &Outcome{Status: StatusFailed, Err: err}, false
+			return "", &Outcome{Status: flow.StatusFailed, Err: err}, false
 		case ended != nil:
 			r.replay.diverged = true
 			if err := r.appendStep(ended, r.t.Def.Graph.Nodes[ended.Node]); err != nil {
-				return "", &Outcome{Status: StatusFailed, Err: err}, false
+				return "", &Outcome{Status: flow.StatusFailed, Err: err}, false
 			}
 			status, _ := ending(ended, nil)
 			return "", &Outcome{Status: status}, false
 		case changed && r.replay.noLive:
-			return "", &Outcome{Status: StatusDiverged}, false
+			return "", &Outcome{Status: flow.StatusDiverged}, false
 		case changed:
 			r.replay.diverged, rec = true, nil
 		default:
@@ -629,7 +621,7 @@ func (r *runner) fromRecord(ctx context.Context, node *Node) (next string, out *
 	}
 	step, err := r.reuse(node, *rec)
 	if err != nil {
-		return "", &Outcome{Status: StatusFailed, Err: err}, false
+		return "", &Outcome{Status: flow.StatusFailed, Err: err}, false
 	}
 	if status, end := r.ending(&step, node); end {
 		return "", &Outcome{Status: status}, false
@@ -639,9 +631,9 @@ func (r *runner) fromRecord(ctx context.Context, node *Node) (next string, out *
 
 // reuse makes node's step from the recorded one, with no call: what the
 // node decided and said, on the input this run's path gives it.
-func (r *runner) reuse(node *Node, rec Step) (Step, error) {
-	if err := r.emit(Event{Name: EventNodeStart, Data: NodeStart{node.Name, node.AgentID}}); err != nil {
-		return Step{}, err
+func (r *runner) reuse(node *flow.Node, rec flow.Step) (flow.Step, error) {
+	if err := r.emit(flow.Event{Name: flow.EventNodeStart, Data: flow.NodeStart{Node: node.Name, AgentID: node.AgentID}}); err != nil {
+		return flow.Step{}, err
 	}
 	task := r.task(r.steps, r.held, node)
 	// It made no call: no cached reply, no tokens, no time.
@@ -656,7 +648,7 @@ func (r *runner) reuse(node *Node, rec Step) (Step, error) {
 // its run_start with the user's message and the conversation before it, or
 // with the human review it answers. A run whose opening was written for it
 // (a replica that dispatched it, with its job) runs with Turn.Opened.
-func (x *Executor) Opening(t Turn) []Event {
+func (x *Executor) Opening(t Turn) []flow.Event {
 	return (&runner{x: x, t: &t, now: x.now(), steps: slices.Clip(t.Steps), iters: map[string]int{}}).opening()
 }
 
@@ -669,47 +661,47 @@ func (x *Executor) now() func() time.Time {
 
 // opening stamps the run's first steps onto the log and returns its first
 // events.
-func (r *runner) opening() []Event {
-	start := Event{Name: EventRunStart, Data: RunStart{r.t.InstanceID, r.t.RunID, r.t.FlowID, false, r.t.Options}}
+func (r *runner) opening() []flow.Event {
+	start := flow.Event{Name: flow.EventRunStart, Data: flow.RunStart{InstanceID: r.t.InstanceID, RunID: r.t.RunID, FlowID: r.t.FlowID, RunOptions: r.t.Options}}
 	if r.t.Options.Review != nil || r.t.Continue {
-		return []Event{start} // the turn goes on: a review's answer, or a client's results, follow (answer, act)
+		return []flow.Event{start} // the turn goes on: a review's answer, or a client's results, follow (answer, act)
 	}
 	first := r.t.Def.Graph.Start
 	if n := len(r.steps); n > 0 {
-		if last := &r.steps[n-1]; last.Decision == NeedsClarification && last.NextAgent != nil {
+		if last := &r.steps[n-1]; last.Decision == flow.NeedsClarification && last.NextAgent != nil {
 			first = *last.NextAgent
 		}
 	}
-	group := make([]Event, 1, len(r.t.Prior)+2)
+	group := make([]flow.Event, 1, len(r.t.Prior)+2)
 	group[0] = start
 	if len(r.t.Prior) > 0 || len(r.steps) > 0 {
 		group = r.before(group)
 	}
 	r.turn = len(r.steps)
-	user := Step{AgentID: "user", Role: RoleUser, Response: r.t.Input, NextAgent: &first}
+	user := flow.Step{AgentID: "user", Role: flow.RoleUser, Response: r.t.Input, NextAgent: &first}
 	r.stamp(&user)
-	return append(group, Event{Name: EventCompleteStep, Data: user})
+	return append(group, flow.Event{Name: flow.EventCompleteStep, Data: user})
 }
 
 // before appends to group the steps that go before the user's message: a
 // new instance's conversation, or the answers to the calls its client
 // never answered.
-func (r *runner) before(group []Event) []Event {
+func (r *runner) before(group []flow.Event) []flow.Event {
 	r.steps = slices.Grow(r.steps, len(r.t.Prior)+1)
 	for i := range r.t.Prior {
 		p := &r.t.Prior[i]
-		s := Step{AgentID: p.AgentID, Role: p.Role, Response: p.Response}
+		s := flow.Step{AgentID: p.AgentID, Role: p.Role, Response: p.Response}
 		if s.AgentID == "" {
 			s.AgentID = p.Role
 		}
 		r.stamp(&s)
-		group = append(group, Event{Name: EventCompleteStep, Data: s})
+		group = append(group, flow.Event{Name: flow.EventCompleteStep, Data: s})
 	}
 	if len(r.steps) > 0 {
 		// Calls the client never answered are answered before the new message.
 		if s, ok := r.notRun(r.steps[max(0, lastUserStep(r.steps)):], "the user sent a new message"); ok {
 			r.stamp(&s)
-			group = append(group, Event{Name: EventCompleteStep, Data: s})
+			group = append(group, flow.Event{Name: flow.EventCompleteStep, Data: s})
 		}
 	}
 	return group
@@ -717,9 +709,9 @@ func (r *runner) before(group []Event) []Event {
 
 // lastUserStep is the index of the last user step, where the last turn
 // begins; -1 when there is none.
-func lastUserStep(steps []Step) int {
+func lastUserStep(steps []flow.Step) int {
 	for i := len(steps) - 1; i >= 0; i-- {
-		if steps[i].Role == RoleUser {
+		if steps[i].Role == flow.RoleUser {
 			return i
 		}
 	}
@@ -733,7 +725,7 @@ func lastUserStep(steps []Step) int {
 func (r *runner) resume() error {
 	r.turn = lastUserStep(r.steps)
 	if r.turn < 0 {
-		return fmt.Errorf("resume: the log has no user step: %w", ErrInvalid)
+		return fmt.Errorf("resume: the log has no user step: %w", flow.ErrInvalid)
 	}
 	r.t.Input = r.steps[r.turn].Response // the message the turn is about, which its nodes are given
 	for i := r.turn + 1; i < len(r.steps); i++ {
@@ -748,8 +740,8 @@ func (r *runner) resume() error {
 	r.unfinished = r.t.Unfinished
 	for _, ev := range r.t.Held {
 		r.held = append(r.held, ev) // durable already
-		r.unfinished.see(ev)
-		if s, ok := ev.Data.(Step); ok {
+		r.unfinished.See(ev)
+		if s, ok := ev.Data.(flow.Step); ok {
 			r.steps = append(r.steps, s)
 		}
 	}
@@ -757,14 +749,14 @@ func (r *runner) resume() error {
 		if s.Judged != nil {
 			continue // judgements count toward no limit (§3c)
 		}
-		if s.AgentID == Reviewer && s.Role == RoleSystem {
+		if s.AgentID == flow.Reviewer && s.Role == flow.RoleSystem {
 			// A human's answer to a review starts a run, with iterations
 			// of its own, as a review run that did not stop does.
 			clear(r.iters)
 			r.nsteps = 0
 			continue
 		}
-		if s.Role == RoleSystem {
+		if s.Role == flow.RoleSystem {
 			continue
 		}
 		r.iters[s.Node]++
@@ -779,10 +771,10 @@ func (r *runner) resume() error {
 // stopped is the outcome of a run whose context ended: cancelled, or, when
 // the engine is shutting down, interrupted, to resume at the next start.
 func (r *runner) stopped(ctx context.Context) Outcome {
-	if errors.Is(context.Cause(ctx), ErrClosed) {
+	if errors.Is(context.Cause(ctx), flow.ErrClosed) {
 		return Outcome{Status: statusInterrupted}
 	}
-	return Outcome{Status: StatusCancelled}
+	return Outcome{Status: flow.StatusCancelled}
 }
 
 // statusInterrupted is a run stopped by shutdown. It is never recorded: its
@@ -791,9 +783,9 @@ const statusInterrupted = "interrupted"
 
 // onError is the step of a superego whose model failed, deciding as its
 // on_error says: "allow" takes ACCEPT, "block" BLOCK.
-func onError(node *Node, err error, s *Step) {
-	d := map[string]string{"allow": Accept, "block": Block}[node.OnError]
-	*s = Step{AgentID: node.AgentID, Node: node.Name, Role: RoleAssistant, Constitution: node.Constitution, Decision: d,
+func onError(node *flow.Node, err error, s *flow.Step) {
+	d := map[string]string{"allow": flow.Accept, "block": flow.Block}[node.OnError]
+	*s = flow.Step{AgentID: node.AgentID, Node: node.Name, Role: flow.RoleAssistant, Constitution: node.Constitution, Decision: d,
 		Fallback: fmt.Sprintf("the model failed (%v); on_error %q decided %s", err, node.OnError, d)}
 	if target, _ := node.Target(d); target != "" {
 		s.NextAgent = &target
@@ -807,7 +799,7 @@ func onError(node *Node, err error, s *Step) {
 func (r *runner) answer() error {
 	rv := r.t.Options.Review
 	for _, s := range r.steps[r.turn+1:] {
-		if s.AgentID == Reviewer && s.ReviewID == rv.ReviewID {
+		if s.AgentID == flow.Reviewer && s.ReviewID == rv.ReviewID {
 			return nil
 		}
 	}
@@ -815,7 +807,7 @@ func (r *runner) answer() error {
 	r.stamp(&step)
 	clear(r.iters)
 	r.nsteps = 0
-	ev := Event{Name: EventCompleteStep, Data: step}
+	ev := flow.Event{Name: flow.EventCompleteStep, Data: step}
 	if len(r.held) > 0 {
 		return r.hold(ev)
 	}
@@ -829,21 +821,21 @@ func (r *runner) answer() error {
 // ends where that leads nowhere. Changes a supervisor proposed apply when
 // they are approved and are dropped when not (package supervision reads
 // the answer); either way the run goes on as the supervisor decided.
-func (r *runner) review(rv *Review) Step {
-	d, verdict := Accept, Approved
+func (r *runner) review(rv *flow.Review) flow.Step {
+	d, verdict := flow.Accept, flow.Approved
 	if !rv.Approve {
-		d, verdict = Block, Rejected
+		d, verdict = flow.Block, flow.Rejected
 	}
 	for _, w := range awaitingCalls(r.steps[r.turn+1:]) {
 		if w.use.ID == rv.ReviewID {
-			return Step{AgentID: Reviewer, Node: w.node, Role: RoleSystem, Decision: verdict, Response: rv.Note, ReviewID: rv.ReviewID, NextAgent: &w.node}
+			return flow.Step{AgentID: flow.Reviewer, Node: w.node, Role: flow.RoleSystem, Decision: verdict, Response: rv.Note, ReviewID: rv.ReviewID, NextAgent: &w.node}
 		}
 	}
 	last := r.steps[len(r.steps)-1]
 	node := r.t.Def.Graph.Nodes[last.Node]
-	step := Step{AgentID: Reviewer, Node: last.Node, Role: RoleSystem, Input: last.Input, Decision: verdict, Response: rv.Note, ReviewID: rv.ReviewID}
+	step := flow.Step{AgentID: flow.Reviewer, Node: last.Node, Role: flow.RoleSystem, Input: last.Input, Decision: verdict, Response: rv.Note, ReviewID: rv.ReviewID}
 	switch {
-	case last.Decision != HumanReview: // proposed changes
+	case last.Decision != flow.HumanReview: // proposed changes
 		step.NextAgent = last.NextAgent
 	case node != nil:
 		if target, _ := node.Target(d); target != "" {
@@ -856,53 +848,53 @@ func (r *runner) review(rv *Review) Step {
 // ending reports whether a run ends after step, the log's last, and how,
 // as ending does; a run whose turn holds changes proposed for review waits
 // for it, and once they are reviewed ends as their supervisor decided.
-func (r *runner) ending(step *Step, node *Node) (status string, end bool) {
+func (r *runner) ending(step *flow.Step, node *flow.Node) (status string, end bool) {
 	if len(awaitingCalls(r.steps[r.turn+1:])) > 0 {
-		return StatusAwaitingReview, true
+		return flow.StatusAwaitingReview, true
 	}
 	for _, w := range waitingResults(r.steps[r.turn+1:]) {
 		if r.replay != nil && !r.replay.diverged {
 			break // the record goes on with the client's results
 		}
-		if !slices.ContainsFunc(r.t.Options.Results, func(c ClientResult) bool { return c.ToolCallID == w.use.ID }) {
-			return StatusAwaitingToolResult, true
+		if !slices.ContainsFunc(r.t.Options.Results, func(c flow.ClientResult) bool { return c.ToolCallID == w.use.ID }) {
+			return flow.StatusAwaitingToolResult, true
 		}
 	}
-	if step.AgentID == Reviewer && step.Judged == nil && step.NextAgent != nil && r.t.Def.Graph.Nodes[step.Node] != nil && r.t.Def.Graph.Nodes[step.Node].Type == InnerAgent {
+	if step.AgentID == flow.Reviewer && step.Judged == nil && step.NextAgent != nil && r.t.Def.Graph.Nodes[step.Node] != nil && r.t.Def.Graph.Nodes[step.Node].Type == flow.InnerAgent {
 		return "", false // an answer about a tool call: its agent goes on
 	}
-	if step.Decision != NeedsTool && awaitsReview(r.steps[r.turn+1:]) {
-		return StatusAwaitingReview, true
+	if step.Decision != flow.NeedsTool && awaitsReview(r.steps[r.turn+1:]) {
+		return flow.StatusAwaitingReview, true
 	}
-	if n := len(r.steps); step.AgentID == Reviewer && n > 1 && r.steps[n-2].Decision != HumanReview {
+	if n := len(r.steps); step.AgentID == flow.Reviewer && n > 1 && r.steps[n-2].Decision != flow.HumanReview {
 		return ending(&r.steps[n-2], node)
 	}
 	return ending(step, node)
 }
 
 // ending reports whether a run ends after step, and how.
-func ending(step *Step, node *Node) (status string, end bool) {
+func ending(step *flow.Step, node *flow.Node) (status string, end bool) {
 	switch {
 	case step.Judged != nil && step.NextAgent != nil:
 		return "", false // a judgement of a call: the agent goes on
 	case step.Judged != nil:
-		return StatusBlocked, true // a judge whose BLOCK leads nowhere
-	case step.Decision == NeedsClarification:
-		return StatusAwaitingInput, true
-	case step.Decision == HumanReview:
-		return StatusAwaitingReview, true
-	case step.Decision == Rejected && step.Role == RoleSystem && step.NextAgent == nil:
-		return StatusBlocked, true // a human rejected what a supervisor sent for review
-	case step.NextAgent == nil && step.Decision == Block && node != nil && node.Type == Superego:
-		return StatusBlocked, true
+		return flow.StatusBlocked, true // a judge whose BLOCK leads nowhere
+	case step.Decision == flow.NeedsClarification:
+		return flow.StatusAwaitingInput, true
+	case step.Decision == flow.HumanReview:
+		return flow.StatusAwaitingReview, true
+	case step.Decision == flow.Rejected && step.Role == flow.RoleSystem && step.NextAgent == nil:
+		return flow.StatusBlocked, true // a human rejected what a supervisor sent for review
+	case step.NextAgent == nil && step.Decision == flow.Block && node != nil && node.Type == flow.Superego:
+		return flow.StatusBlocked, true
 	case step.NextAgent == nil:
-		return StatusCompleted, true
+		return flow.StatusCompleted, true
 	}
 	return "", false
 }
 
 // stamp numbers a step and timestamps it, as the next step of the log.
-func (r *runner) stamp(s *Step) {
+func (r *runner) stamp(s *flow.Step) {
 	s.StepID = strconv.Itoa(len(r.steps) + 1)
 	s.Timestamp = r.now().UTC()
 	r.steps = append(r.steps, *s)
@@ -912,31 +904,31 @@ func (r *runner) stamp(s *Step) {
 // agent's step that a superego will judge is held, and released at once if
 // its transition leads where no superego judges it; a superego's decision
 // settles what was held (§3a).
-func (r *runner) appendStep(s *Step, node *Node) error {
-	if node != nil && node.Type == Superego && s.Decision != NeedsTool {
+func (r *runner) appendStep(s *flow.Step, node *flow.Node) error {
+	if node != nil && node.Type == flow.Superego && s.Decision != flow.NeedsTool {
 		s.Chunks = r.chunks[node.Name]
 		delete(r.chunks, node.Name)
 	}
 	r.stamp(s)
 	r.x.Observe.stepped(r.t.FlowID, node, s.Decision, s.Basis)
-	ev := Event{Name: EventCompleteStep, Data: *s}
+	ev := flow.Event{Name: flow.EventCompleteStep, Data: *s}
 	switch {
 	case node != nil && node.Judged():
 		if err := r.hold(ev); err != nil {
 			return err
 		}
-		if !r.t.Def.Graph.holds(s.NextAgent) {
+		if !r.t.Def.Graph.Holds(s.NextAgent) {
 			return r.settle("", true)
 		}
 		return nil
-	case len(r.held) > 0 && node != nil && node.Type == Superego && s.Decision != NeedsTool:
+	case len(r.held) > 0 && node != nil && node.Type == flow.Superego && s.Decision != flow.NeedsTool:
 		release := !node.Withholds(s.Decision)
 		if !release {
 			s.Input = "" // the draft it judged, which the user may not see
 			ev.Data = *s
 		}
 		return r.settle(node.Name, release, ev)
-	case len(r.held) > 0 && node != nil && node.Type == Superego:
+	case len(r.held) > 0 && node != nil && node.Type == flow.Superego:
 		// A judge's tool round is part of what it judges: its input is
 		// the draft, and its tools may have been given some of it.
 		return r.hold(ev)
@@ -954,11 +946,12 @@ func (r *runner) judgeOf(node string) string {
 		if n == nil || seen[n.Name] {
 			continue
 		}
-		if seen[n.Name] = true; n.Type == Superego {
+		if seen[n.Name] = true; n.Type == flow.Superego {
 			return n.Name
 		}
 		for _, d := range slices.Sorted(maps.Keys(n.Transitions)) {
-			queue = append(queue, n.resolve(n.Transitions[d]))
+			next, _ := n.Target(d)
+			queue = append(queue, next)
 		}
 	}
 	return node
@@ -970,7 +963,7 @@ func (r *runner) judgeOf(node string) string {
 // run, the judge's, and by says whose. What comes before the agent's call
 // and after it is in functions of their own, so that it takes no room on
 // the stack while a run waits on its model.
-func (r *runner) act(ctx context.Context, node *Node, step *Step) (by *Node, err error) {
+func (r *runner) act(ctx context.Context, node *flow.Node, step *flow.Step) (by *flow.Node, err error) {
 	task, err := r.started(node)
 	if err != nil {
 		return node, err
@@ -986,12 +979,12 @@ func (r *runner) act(ctx context.Context, node *Node, step *Step) (by *Node, err
 }
 
 // started sends node's node_start and gathers its task.
-func (r *runner) started(node *Node) (*Task, error) {
-	if err := r.emit(Event{Name: EventNodeStart, Data: NodeStart{node.Name, node.AgentID}}); err != nil {
+func (r *runner) started(node *flow.Node) (*Task, error) {
+	if err := r.emit(flow.Event{Name: flow.EventNodeStart, Data: flow.NodeStart{Node: node.Name, AgentID: node.AgentID}}); err != nil {
 		return nil, err
 	}
 	task := r.task(r.steps, r.held, node)
-	if node.Type == InnerAgent {
+	if node.Type == flow.InnerAgent {
 		turn := r.steps[r.turn+1:]
 		task.Approved = append(reviewed(turn, node.Name), answered(turn, node.Name, r.t.Options.Results)...)
 	}
@@ -1002,27 +995,27 @@ func (r *runner) started(node *Node) (*Task, error) {
 // agent emits goes, and what it leaves for the step.
 type acting struct {
 	r    *runner
-	node *Node
+	node *flow.Node
 	task *Task
-	step *Step           // where the step goes
-	ctx  context.Context // the agent's call's
-	out  func(Event)     // what the agent emits
+	step *flow.Step       // where the step goes
+	ctx  context.Context  // the agent's call's
+	out  func(flow.Event) // what the agent emits
 	// holding: what the agent emits is held (a judge's tool calls may
 	// quote the draft). judging: judgements of the reply's calls are
 	// steps before the node's own, and its partials wait for them, to
 	// carry the step id they lead to.
 	holding, judging bool
-	partials         []Event
+	partials         []flow.Event
 	failed           error // the first event that could not be sent
 	calls            *Calls
 	chunker          *chunker
 }
 
-func (r *runner) acting(ctx context.Context, node *Node, task *Task, step *Step) *acting {
-	a := &acting{r: r, node: node, task: task, step: step, ctx: ctx, holding: node.Judged() || node.Type == Superego && len(r.held) > 0,
+func (r *runner) acting(ctx context.Context, node *flow.Node, task *Task, step *flow.Step) *acting {
+	a := &acting{r: r, node: node, task: task, step: step, ctx: ctx, holding: node.Judged() || node.Type == flow.Superego && len(r.held) > 0,
 		judging: node.ToolJudge != "" || node.ResultJudge != ""}
-	a.out = func(e Event) { // not a method value: its wrapper's frame would be on the way of every event
-		if a.judging && e.Name == EventPartial {
+	a.out = func(e flow.Event) { // not a method value: its wrapper's frame would be on the way of every event
+		if a.judging && e.Name == flow.EventPartial {
 			a.partials = append(a.partials, e)
 			return
 		}
@@ -1030,7 +1023,7 @@ func (r *runner) acting(ctx context.Context, node *Node, task *Task, step *Step)
 			a.failed = err
 		}
 	}
-	if node.judge != "" {
+	if judge, _ := node.StreamJudge(); judge != "" {
 		a.chunker = r.newChunker(ctx, node, task)
 		a.ctx, a.out = a.chunker.ctx, a.chunker.wrap(a.out)
 	}
@@ -1039,7 +1032,7 @@ func (r *runner) acting(ctx context.Context, node *Node, task *Task, step *Step)
 	return a
 }
 
-func (a *acting) send(e Event) error {
+func (a *acting) send(e flow.Event) error {
 	if a.holding {
 		return a.r.hold(e)
 	}
@@ -1047,7 +1040,7 @@ func (a *acting) send(e Event) error {
 }
 
 // acted makes the step from the agent's reply and err.
-func (a *acting) acted(reply Reply, err error) (by *Node, _ error) {
+func (a *acting) acted(reply Reply, err error) (by *flow.Node, _ error) {
 	r, node, c, step := a.r, a.node, a.chunker, a.step
 	lost := a.calls.spent()
 	r.usage.PromptTokens += lost.PromptTokens
@@ -1073,7 +1066,7 @@ func (a *acting) acted(reply Reply, err error) (by *Node, _ error) {
 	if err == nil {
 		id := strconv.Itoa(len(r.steps) + 1)
 		for _, e := range a.partials {
-			p := e.Data.(Partial)
+			p := e.Data.(flow.Partial)
 			p.StepID = id
 			e.Data = p
 			if err = a.send(e); err != nil {
@@ -1085,22 +1078,22 @@ func (a *acting) acted(reply Reply, err error) (by *Node, _ error) {
 }
 
 // recorder records a judgement's step: numbered, observed, and sent.
-func (r *runner) recorder(send func(Event) error) func(Step) (Step, error) {
-	return func(s Step) (Step, error) {
+func (r *runner) recorder(send func(flow.Event) error) func(flow.Step) (flow.Step, error) {
+	return func(s flow.Step) (flow.Step, error) {
 		r.stamp(&s)
 		r.x.Observe.stepped(r.t.FlowID, r.t.Def.Graph.Nodes[s.Node], s.Decision, s.Basis)
-		return s, send(Event{Name: EventCompleteStep, Data: s})
+		return s, send(flow.Event{Name: flow.EventCompleteStep, Data: s})
 	}
 }
 
 // calls makes the Calls that decide, record and run the tool calls of one
 // iteration of node (SPEC §3c); out takes its events, record its
 // judgements' steps.
-func (r *runner) calls(ctx context.Context, node *Node, task *Task, steps []Step, out func(Event), record func(Step) (Step, error)) *Calls {
+func (r *runner) calls(ctx context.Context, node *flow.Node, task *Task, steps []flow.Step, out func(flow.Event), record func(flow.Step) (flow.Step, error)) *Calls {
 	g := r.t.Def.Graph.Nodes
 	c := &Calls{node: node, task: task, flowID: r.t.FlowID, ctx: ctx, out: out, record: record, sync: r.sink.Sync, obs: r.x.Observe, stack: r.stack,
-		act: func(ctx context.Context, t *Task) (Reply, error) { return r.x.Agent.Act(ctx, t, func(Event) {}) }}
-	if node.Type != InnerAgent {
+		act: func(ctx context.Context, t *Task) (Reply, error) { return r.x.Agent.Act(ctx, t, func(flow.Event) {}) }}
+	if node.Type != flow.InnerAgent {
 		return c
 	}
 	c.toolJudge, c.resultJudge = g[node.ToolJudge], g[node.ResultJudge]
@@ -1116,9 +1109,9 @@ const maxEarlier = 20
 // earlierCalls are the instance's judged calls before this one, with their
 // results as the agent saw them: a judge weighs a call in the light of
 // what the agent did and read before.
-func earlierCalls(history, turn []Step) []ToolUse {
-	var out []ToolUse
-	for _, steps := range [][]Step{history, turn} {
+func earlierCalls(history, turn []flow.Step) []flow.ToolUse {
+	var out []flow.ToolUse
+	for _, steps := range [][]flow.Step{history, turn} {
 		for _, s := range steps {
 			if s.Withheld != "" {
 				continue
@@ -1136,15 +1129,15 @@ func earlierCalls(history, turn []Step) []ToolUse {
 
 // stepOf makes node's step, into s, from its agent's reply; where it
 // fails, s is the zero Step.
-func (r *runner) stepOf(node *Node, task *Task, reply *Reply, err error, s *Step) error {
+func (r *runner) stepOf(node *flow.Node, task *Task, reply *Reply, err error, s *flow.Step) error {
 	if err != nil {
-		*s = Step{}
+		*s = flow.Step{}
 		return redact(fmt.Errorf("node %s: %w", node.Name, err), task.Hidden()...)
 	}
-	*s = Step{
+	*s = flow.Step{
 		AgentID:       node.AgentID,
 		Node:          node.Name,
-		Role:          RoleAssistant,
+		Role:          flow.RoleAssistant,
 		Input:         task.Input,
 		ToolUsage:     reply.ToolUsage,
 		Response:      reply.Response,
@@ -1158,7 +1151,7 @@ func (r *runner) stepOf(node *Node, task *Task, reply *Reply, err error, s *Step
 		Cached:        reply.Cached,
 		Shared:        reply.Shared,
 	}
-	if node.Type == Superego {
+	if node.Type == flow.Superego {
 		s.Constitution = node.Constitution
 		s.Stack, s.Basis = stackEntries(task.Stack), basisOf(reply.Basis, task.Stack)
 	} else {
@@ -1169,7 +1162,7 @@ func (r *runner) stepOf(node *Node, task *Task, reply *Reply, err error, s *Step
 	}
 	target, err := decide(node, task.Decisions, reply, s)
 	if err != nil {
-		*s = Step{}
+		*s = flow.Step{}
 		return fmt.Errorf("node %s: %w", node.Name, err)
 	}
 	if target != "" {
@@ -1182,7 +1175,7 @@ func (r *runner) stepOf(node *Node, task *Task, reply *Reply, err error, s *Step
 // made none. It is never nil: done always carries usage, zeros included
 // (a model that reports no tokens, as the offline one), so that a script
 // reading done.usage never finds it missing.
-func (r *runner) runUsage() *RunUsage {
+func (r *runner) runUsage() *flow.RunUsage {
 	u := r.usage
 	for _, s := range r.steps[min(r.turn+1, len(r.steps)):] {
 		if s.Usage != nil {
@@ -1195,59 +1188,25 @@ func (r *runner) runUsage() *RunUsage {
 
 // decide sets the step's decision (and fallback, where the reply had no
 // valid one) and returns the next node, "" for the end.
-func decide(node *Node, allowed []string, reply *Reply, s *Step) (string, error) {
+func decide(node *flow.Node, allowed []string, reply *Reply, s *flow.Step) (string, error) {
 	if len(reply.ToolUsage) > 0 && !reply.Final {
-		s.Decision = NeedsTool
-		if target, ok := node.Target(NeedsTool); ok {
+		s.Decision = flow.NeedsTool
+		if target, ok := node.Target(flow.NeedsTool); ok {
 			return target, nil
 		}
 		return node.Name, nil
 	}
-	d := strings.ToUpper(strings.TrimSpace(reply.Decision))
-	for _, a := range allowed {
-		if d == a {
-			s.Decision = d
-			target, _ := node.Target(d)
-			return target, nil
-		}
-	}
-	if star, ok := node.Transitions[AnyDecision]; ok && decisionRe.MatchString(d) {
-		s.Decision = d
-		return node.resolve(star), nil
-	}
-	fallback := Complete
-	if node.Type == Superego {
-		fallback = Caution
-	}
-	why := "the reply had no decision"
-	if d != "" {
-		why = fmt.Sprintf("%q is not one of %s", truncate(d, 40), strings.Join(allowed, ", "))
-	}
-	s.Decision = fallback
-	if star, ok := node.Transitions[AnyDecision]; ok {
-		s.Fallback = why + `; followed "*"`
-		return node.resolve(star), nil
-	}
-	s.Fallback = why + "; used " + fallback
-	target, ok := node.Target(fallback)
-	if !ok {
-		return "", fmt.Errorf("%w: %s, and the node has no %s or \"*\" transition to fall back on", ErrModelOutput, why, fallback)
-	}
-	return target, nil
-}
-
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return s[:n] + "…"
+	var target string
+	var err error
+	s.Decision, s.Fallback, target, err = node.Decide(reply.Decision, allowed)
+	return target, err
 }
 
 // heldSteps are the ids of the steps of held, a held turn's events.
-func heldSteps(held []Event) map[string]bool {
+func heldSteps(held []flow.Event) map[string]bool {
 	ids := map[string]bool{}
 	for _, ev := range held {
-		if s, ok := ev.Data.(Step); ok {
+		if s, ok := ev.Data.(flow.Step); ok {
 			ids[s.StepID] = true
 		}
 	}
@@ -1256,7 +1215,7 @@ func heldSteps(held []Event) map[string]bool {
 
 // task gathers what node's agent needs from steps, the log so far; held are
 // the events held now (SPEC §3a).
-func (r *runner) task(steps []Step, held []Event, node *Node) *Task {
+func (r *runner) task(steps []flow.Step, held []flow.Event, node *flow.Node) *Task {
 	t := &Task{
 		FlowID:      r.t.FlowID,
 		InstanceID:  r.t.InstanceID,
@@ -1269,7 +1228,7 @@ func (r *runner) task(steps []Step, held []Event, node *Node) *Task {
 		Decisions:   node.Decisions(),
 		Stack:       stackFor(node, r.stack),
 	}
-	if slices.Contains(node.Tools, Client) && node.Type == InnerAgent {
+	if slices.Contains(node.Tools, flow.Client) && node.Type == flow.InnerAgent {
 		t.Client = r.t.Options.Client
 	}
 	t.History = r.earlier(steps)
@@ -1278,11 +1237,11 @@ func (r *runner) task(steps []Step, held []Event, node *Node) *Task {
 	// The agent's rounds just before, with the judgements of their calls
 	// (§3c) between them: a judgement is no reason to forget a round, and
 	// a judge's guidance is for no agent.
-	for i > 0 && (this[i-1].Judged != nil || this[i-1].Node == node.Name && (this[i-1].Decision == NeedsTool || this[i-1].AgentID == Reviewer)) {
+	for i > 0 && (this[i-1].Judged != nil || this[i-1].Node == node.Name && (this[i-1].Decision == flow.NeedsTool || this[i-1].AgentID == flow.Reviewer)) {
 		i--
 	}
 	t.ToolRounds = toolRounds(this[i:])
-	if r.context != nil && (node.Type == InnerAgent || len(node.AllowedActions) > 0) {
+	if r.context != nil && (node.Type == flow.InnerAgent || len(node.AllowedActions) > 0) {
 		// What a supervisor reads of the steps can reach a client in its
 		// own step's tool_usage: no hidden field, and nothing of a draft
 		// that is held or was withheld (§3a).
@@ -1304,13 +1263,13 @@ func (r *runner) task(steps []Step, held []Event, node *Node) *Task {
 	}
 	for j := len(this) - 1; j >= 0; j-- {
 		s := &this[j]
-		if s.Response != "" && s.Decision == Modify {
+		if s.Response != "" && s.Decision == flow.Modify {
 			t.Input = s.Response // the user's message, as a supervisor rewrote it
 			break
 		}
 		// A step whose node left the flow is read as a superego's: it
 		// cannot have been a draft the flow now knows how to judge.
-		if n := r.t.Def.Graph.Nodes[s.Node]; s.Response != "" && n != nil && n.Type == InnerAgent {
+		if n := r.t.Def.Graph.Nodes[s.Node]; s.Response != "" && n != nil && n.Type == flow.InnerAgent {
 			t.Input, t.InputFrom, t.fromWithheld = s.Response, s.AgentID, s.Withheld != ""
 			break
 		}
@@ -1323,28 +1282,28 @@ func (r *runner) task(steps []Step, held []Event, node *Node) *Task {
 // read in its place among its reply's calls, as it ran or was refused once
 // answered; the answers themselves, and the judgements of the calls, are
 // no rounds.
-func toolRounds(steps []Step) []Step {
-	waited := func(s Step) bool {
-		return s.AgentID == Reviewer || s.Judged != nil || slices.ContainsFunc(s.ToolUsage, func(u ToolUse) bool { return u.Awaiting || u.AwaitingResult })
+func toolRounds(steps []flow.Step) []flow.Step {
+	waited := func(s flow.Step) bool {
+		return s.AgentID == flow.Reviewer || s.Judged != nil || slices.ContainsFunc(s.ToolUsage, func(u flow.ToolUse) bool { return u.Awaiting || u.AwaitingResult })
 	}
 	if !slices.ContainsFunc(steps, waited) {
 		return steps
 	}
-	answer := map[string]ToolUse{} // a waited call's use once answered, by id
+	answer := map[string]flow.ToolUse{} // a waited call's use once answered, by id
 	for _, s := range steps {
 		for _, u := range s.ToolUsage {
-			if s.AgentID != Reviewer && s.Judged == nil && !u.Awaiting && !u.AwaitingResult {
+			if s.AgentID != flow.Reviewer && s.Judged == nil && !u.Awaiting && !u.AwaitingResult {
 				answer[u.ID] = u
 			}
 		}
 	}
-	out := make([]Step, 0, len(steps))
+	out := make([]flow.Step, 0, len(steps))
 	moved := map[string]bool{} // answers read in their call's place
 	for _, s := range steps {
-		if s.AgentID == Reviewer || s.Judged != nil {
+		if s.AgentID == flow.Reviewer || s.Judged != nil {
 			continue
 		}
-		uses := make([]ToolUse, 0, len(s.ToolUsage))
+		uses := make([]flow.ToolUse, 0, len(s.ToolUsage))
 		for _, u := range s.ToolUsage {
 			switch a, ok := answer[u.ID]; {
 			case (u.Awaiting || u.AwaitingResult) && ok:
@@ -1362,9 +1321,9 @@ func toolRounds(steps []Step) []Step {
 
 // withoutHidden takes the step's hidden fields out, its tool usage copied
 // where a result it held was withheld.
-func withoutHidden(s *Step) {
+func withoutHidden(s *flow.Step) {
 	s.Thinking, s.AgentGuidance, s.WithheldResponse, s.WithheldToolUsage = "", "", "", nil
-	if slices.ContainsFunc(s.ToolUsage, func(u ToolUse) bool { return u.WithheldOutput != "" }) {
+	if slices.ContainsFunc(s.ToolUsage, func(u flow.ToolUse) bool { return u.WithheldOutput != "" }) {
 		s.ToolUsage = slices.Clone(s.ToolUsage)
 		for i := range s.ToolUsage {
 			s.ToolUsage[i].WithheldOutput = ""
@@ -1378,13 +1337,13 @@ func withoutHidden(s *Step) {
 // steps before the turn have their hidden fields taken out where they are,
 // in steps, which nothing reads them in once the turn's tasks begin; where
 // none was withheld, the transcript is those steps, not a copy.
-func (r *runner) earlier(steps []Step) []Step {
+func (r *runner) earlier(steps []flow.Step) []flow.Step {
 	r.historyOnce.Do(func() {
 		past := steps[:r.turn:r.turn]
 		for i := range past {
 			withoutHidden(&past[i])
 		}
-		withheld := func(s Step) bool { return s.Withheld != "" } // the user never saw it
+		withheld := func(s flow.Step) bool { return s.Withheld != "" } // the user never saw it
 		if !slices.ContainsFunc(past, withheld) {
 			r.history = past
 			return
@@ -1456,4 +1415,46 @@ func (t *Task) Hidden() []string {
 		}
 	}
 	return hidden
+}
+
+// stackFor is the stack node judges under in a run with stack.
+func stackFor(node *flow.Node, stack []flow.Layer) []flow.Layer {
+	if len(stack) == 0 || !node.TakesStack() {
+		return nil
+	}
+	return stack
+}
+
+// stackEntries is what a step records of the stack it was judged under:
+// the floor, then each layer's name and level.
+func stackEntries(stack []flow.Layer) []flow.StackEntry {
+	if len(stack) == 0 {
+		return nil
+	}
+	out := make([]flow.StackEntry, 0, len(stack)+1)
+	out = append(out, flow.StackEntry{Name: flow.Floor})
+	for _, l := range stack {
+		out = append(out, flow.StackEntry{Name: l.Name, Adherence: l.Adherence})
+	}
+	return out
+}
+
+// basisOf is a judge's basis as a step records it: Floor or a name of the
+// stack, anything else BasisOther; "" where the judge gave none, or judged
+// under no stack. A model may say anything here, and a metric's label
+// takes only these.
+func basisOf(said string, stack []flow.Layer) string {
+	said = strings.ToLower(strings.TrimSpace(said))
+	if said == "" || len(stack) == 0 {
+		return ""
+	}
+	if said == flow.Floor {
+		return flow.Floor
+	}
+	for _, l := range stack {
+		if l.Name == said {
+			return l.Name
+		}
+	}
+	return flow.BasisOther
 }

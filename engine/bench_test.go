@@ -1,4 +1,4 @@
-package flow_test
+package engine_test
 
 import (
 	"context"
@@ -9,7 +9,9 @@ import (
 	"sync"
 	"testing"
 
+	"superego/engine"
 	"superego/flow"
+	"superego/memstore"
 )
 
 // BenchmarkRun is the engine alone: the guarded calculator's four node
@@ -17,9 +19,9 @@ import (
 // a client would receive it.
 func BenchmarkRun(b *testing.B) {
 	def := mustParse(b, guarded)
-	replies := map[string]flow.Reply{"in": reply("CAUTION", "ok"), "out": reply("ACCEPT", "")}
+	replies := map[string]engine.Reply{"in": reply("CAUTION", "ok"), "out": reply("ACCEPT", "")}
 	done := reply("COMPLETE", "5*10 = 50")
-	agent := agentFunc(func(t *flow.Task) (flow.Reply, error) {
+	agent := agentFunc(func(t *engine.Task) (engine.Reply, error) {
 		if t.Node.Name == "work" {
 			if len(t.ToolRounds) == 0 {
 				return toolReply, nil
@@ -28,8 +30,8 @@ func BenchmarkRun(b *testing.B) {
 		}
 		return replies[t.Node.Name], nil
 	})
-	x := &flow.Executor{Agent: agent}
-	emit := flow.Sink{Emit: func(evs ...flow.Event) error {
+	x := &engine.Executor{Agent: agent}
+	emit := engine.Sink{Emit: func(evs ...flow.Event) error {
 		for _, e := range evs {
 			if _, err := json.Marshal(e.Data); err != nil {
 				return err
@@ -39,7 +41,7 @@ func BenchmarkRun(b *testing.B) {
 	}}
 	b.ReportAllocs()
 	for b.Loop() {
-		if out := x.Run(context.Background(), flow.Turn{FlowID: "g", Def: def, InstanceID: "i", RunID: "r", Input: "What is 5*10?"}, emit); out.Status != flow.StatusCompleted {
+		if out := x.Run(context.Background(), engine.Turn{FlowID: "g", Def: def, InstanceID: "i", RunID: "r", Input: "What is 5*10?"}, emit); out.Status != flow.StatusCompleted {
 			b.Fatal(out)
 		}
 	}
@@ -48,11 +50,11 @@ func BenchmarkRun(b *testing.B) {
 // BenchmarkEngine adds what a server adds: instances in the store, event
 // numbering, a subscriber reading the stream.
 func BenchmarkEngine(b *testing.B) {
-	agent := agentFunc(func(t *flow.Task) (flow.Reply, error) { return reply("ACCEPT", ""), nil })
+	agent := agentFunc(func(t *engine.Task) (engine.Reply, error) { return reply("ACCEPT", ""), nil })
 	e := newEngine(b, agent, 0)
 	b.ReportAllocs()
 	for b.Loop() {
-		sub, err := e.Start(context.Background(), flow.Request{FlowID: "one", Input: "hi"})
+		sub, err := e.Start(context.Background(), engine.Request{FlowID: "one", Input: "hi"})
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -98,7 +100,7 @@ type holdingAgent struct {
 	release chan struct{}
 }
 
-func (h *holdingAgent) Act(ctx context.Context, t *flow.Task, emit func(flow.Event)) (flow.Reply, error) {
+func (h *holdingAgent) Act(ctx context.Context, t *engine.Task, emit func(flow.Event)) (engine.Reply, error) {
 	switch {
 	case t.Node.Name == "in":
 		return reply("CAUTION", "ok"), nil
@@ -112,7 +114,7 @@ func (h *holdingAgent) Act(ctx context.Context, t *flow.Task, emit func(flow.Eve
 		select {
 		case <-h.release:
 		case <-ctx.Done():
-			return flow.Reply{}, ctx.Err()
+			return engine.Reply{}, ctx.Err()
 		}
 	}
 	return reply("ACCEPT", ""), nil
@@ -124,8 +126,8 @@ func (h *holdingAgent) Act(ctx context.Context, t *flow.Task, emit func(flow.Eve
 func inFlight(b *testing.B, n, prior int, subscribed bool) (heap, stacks float64) {
 	ctx := context.Background()
 	agent := &holdingAgent{}
-	e := &flow.Engine{Flows: map[string]*flow.Flow{"g": {ID: "g", Def: mustParse(b, guarded)}}, Exec: &flow.Executor{Agent: agent},
-		Store: &flow.MemStore{}, MaxRuns: n, Log: slog.New(slog.DiscardHandler)}
+	e := &engine.Engine{Flows: map[string]*flow.Flow{"g": {ID: "g", Def: mustParse(b, guarded)}}, Exec: &engine.Executor{Agent: agent},
+		Store: &memstore.Store{}, MaxRuns: n, Log: slog.New(slog.DiscardHandler)}
 	ids := make([]string, n)
 	if prior > 0 {
 		said := make([]flow.Step, prior)
@@ -133,7 +135,7 @@ func inFlight(b *testing.B, n, prior int, subscribed bool) (heap, stacks float64
 			said[i] = flow.Step{Role: []string{flow.RoleUser, flow.RoleAssistant}[i%2], Response: fmt.Sprintf("message %d of the conversation", i)}
 		}
 		for i := range ids {
-			sub, err := e.Start(ctx, flow.Request{FlowID: "g", Input: "What is 5*10?", Prior: said})
+			sub, err := e.Start(ctx, engine.Request{FlowID: "g", Input: "What is 5*10?", Prior: said})
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -148,7 +150,7 @@ func inFlight(b *testing.B, n, prior int, subscribed bool) (heap, stacks float64
 	runtime.ReadMemStats(&before)
 	var done sync.WaitGroup
 	for _, id := range ids {
-		req := flow.Request{FlowID: "g", InstanceID: id, Input: "What is 5*10?"}
+		req := engine.Request{FlowID: "g", InstanceID: id, Input: "What is 5*10?"}
 		done.Go(func() {
 			if !subscribed {
 				if err := e.Run(ctx, req, func(flow.Event) {}); err != nil {

@@ -1,4 +1,4 @@
-package flow_test
+package engine_test
 
 import (
 	"context"
@@ -6,13 +6,10 @@ import (
 	"testing"
 	"unsafe"
 
+	"superego/engine"
 	"superego/flow"
-	"superego/flow/storetest"
+	"superego/memstore"
 )
-
-func TestMemStore(t *testing.T) {
-	storetest.Run(t, func(*testing.T) flow.Store { return &flow.MemStore{} })
-}
 
 // The texts steps repeat, a node's constitution and system prompt, are
 // held once in memory however many steps and instances carry them: every
@@ -20,12 +17,12 @@ func TestMemStore(t *testing.T) {
 // keep each text once on disk.
 func TestStepsReferToTheirNodesTexts(t *testing.T) {
 	def := mustParse(t, guarded)
-	e := &flow.Engine{Flows: map[string]*flow.Flow{"g": {ID: "g", Def: def}}, Exec: &flow.Executor{Agent: &holdingAgent{}},
-		Store: &flow.MemStore{}, Log: slog.New(slog.DiscardHandler)}
+	e := &engine.Engine{Flows: map[string]*flow.Flow{"g": {ID: "g", Def: def}}, Exec: &engine.Executor{Agent: &holdingAgent{}},
+		Store: &memstore.Store{}, Log: slog.New(slog.DiscardHandler)}
 	ctx := context.Background()
 	var ids []string
 	for range 3 {
-		if err := e.Run(ctx, flow.Request{FlowID: "g", Input: "What is 5*10?"}, func(ev flow.Event) {
+		if err := e.Run(ctx, engine.Request{FlowID: "g", Input: "What is 5*10?"}, func(ev flow.Event) {
 			if rs, ok := ev.Data.(flow.RunStart); ok {
 				ids = append(ids, rs.InstanceID)
 			}

@@ -1,4 +1,4 @@
-package flow_test
+package engine_test
 
 import (
 	"context"
@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"superego/engine"
 	"superego/flow"
 )
 
@@ -29,7 +30,7 @@ func TestAChainedAgentsInputIsWithheldWithTheDraft(t *testing.T) {
 	  "a": {"type": "inner_agent", "agent_id": "a", "transitions": {"COMPLETE": "b"}},
 	  "b": {"type": "inner_agent", "agent_id": "b", "transitions": {"COMPLETE": "s"}},
 	  "s": {"type": "superego", "agent_id": "s", "constitution": "c", "transitions": {"ACCEPT": null, "BLOCK": null}}}}}`)
-	agent := byNode(map[string][]flow.Reply{
+	agent := byNode(map[string][]engine.Reply{
 		"a": {reply("COMPLETE", "DRAFT-OF-A")},
 		"b": {reply("COMPLETE", "DRAFT-OF-B")},
 		"s": {reply("BLOCK", "no")},
@@ -49,7 +50,7 @@ func TestAJudgesToolCallsAreHeldWithTheDraft(t *testing.T) {
 	  "a": {"type": "inner_agent", "agent_id": "a", "transitions": {"COMPLETE": "s"}},
 	  "s": {"type": "superego", "agent_id": "s", "constitution": "c", "tools": ["calculator"],
 	        "transitions": {"ACCEPT": null, "BLOCK": null, "NEEDS_TOOL": "self"}}}}}`)
-	agent := toolJudge{byNode(map[string][]flow.Reply{
+	agent := toolJudge{byNode(map[string][]engine.Reply{
 		"a": {reply("COMPLETE", "DRAFT-MARK says 6*7")},
 		"s": {{ToolUsage: []flow.ToolUse{{ID: "c1", ToolName: "calculator", Input: []byte(`{"expression": "DRAFT-MARK 6*7"}`), Output: "42"}}},
 			reply("BLOCK", "no")},
@@ -64,7 +65,7 @@ func TestAJudgesToolCallsAreHeldWithTheDraft(t *testing.T) {
 // toolJudge emits the tool calls its replies make, as agents.Agent does.
 type toolJudge struct{ agentFunc }
 
-func (j toolJudge) Act(_ context.Context, t *flow.Task, emit func(flow.Event)) (flow.Reply, error) {
+func (j toolJudge) Act(_ context.Context, t *engine.Task, emit func(flow.Event)) (engine.Reply, error) {
 	r, err := j.agentFunc(t)
 	for _, u := range r.ToolUsage {
 		emit(flow.Event{Name: flow.EventToolCall, Data: flow.ToolCall{Node: t.Node.Name, ToolName: u.ToolName, Input: u.Input}})
@@ -81,12 +82,12 @@ func TestSpeculationBesideAHeldDraft(t *testing.T) {
 	  "a": {"type": "inner_agent", "agent_id": "a", "transitions": {"COMPLETE": "s"}},
 	  "s": {"type": "superego", "agent_id": "s", "constitution": "c", "speculate": true, "transitions": {"ACCEPT": "b", "BLOCK": null}},
 	  "b": {"type": "inner_agent", "agent_id": "b", "transitions": {"COMPLETE": null}}}}}`)
-	script := byNode(map[string][]flow.Reply{
+	script := byNode(map[string][]engine.Reply{
 		"a": {reply("COMPLETE", "draft")},
 		"b": {{ToolUsage: []flow.ToolUse{{ID: "c1", ToolName: "x", Input: []byte(`{}`), Output: "o"}}}, reply("COMPLETE", "done")},
 		"s": {{Decision: flow.Accept}},
 	})
-	agent := agentFunc(func(t *flow.Task) (flow.Reply, error) {
+	agent := agentFunc(func(t *engine.Task) (engine.Reply, error) {
 		switch {
 		case t.Node.Name == "s":
 			time.Sleep(20 * time.Millisecond) // the judge decides while b works
@@ -96,9 +97,9 @@ func TestSpeculationBesideAHeldDraft(t *testing.T) {
 		return script(t)
 	})
 	on := true
-	x := &flow.Executor{Agent: agent, Context: []flow.ContextItem{{Kind: "rule", Name: "r", Text: "t", Enabled: &on}}}
-	out := x.Run(context.Background(), flow.Turn{FlowID: "f", Def: def, InstanceID: "i", RunID: "r", Input: "hi"},
-		flow.Sink{Emit: func(...flow.Event) error { return nil }})
+	x := &engine.Executor{Agent: agent, Context: []flow.ContextItem{{Kind: "rule", Name: "r", Text: "t", Enabled: &on}}}
+	out := x.Run(context.Background(), engine.Turn{FlowID: "f", Def: def, InstanceID: "i", RunID: "r", Input: "hi"},
+		engine.Sink{Emit: func(...flow.Event) error { return nil }})
 	if out.Status != flow.StatusCompleted || out.Response != "done" {
 		t.Errorf("%+v", out)
 	}
@@ -115,10 +116,10 @@ func TestResumeReleasesAHeldAnswerThatEndsTheRun(t *testing.T) {
 	user := flow.Step{StepID: "1", AgentID: "user", Role: flow.RoleUser, Response: "hi", NextAgent: &first}
 	held := flow.Step{StepID: "2", AgentID: "a", Node: "a", Role: flow.RoleAssistant, Input: "hi", Decision: flow.Complete, Response: "the answer"}
 	var steps []flow.Step
-	x := &flow.Executor{Agent: byNode(nil)}
-	out := x.Run(context.Background(), flow.Turn{FlowID: "f", Def: def, InstanceID: "i", RunID: "r2", Steps: []flow.Step{user},
+	x := &engine.Executor{Agent: byNode(nil)}
+	out := x.Run(context.Background(), engine.Turn{FlowID: "f", Def: def, InstanceID: "i", RunID: "r2", Steps: []flow.Step{user},
 		Held: []flow.Event{{Name: flow.EventCompleteStep, Data: held}}, Resume: true},
-		flow.Sink{Emit: func(evs ...flow.Event) error {
+		engine.Sink{Emit: func(evs ...flow.Event) error {
 			for _, e := range evs {
 				if s, ok := e.Data.(flow.Step); ok {
 					steps = append(steps, s)
@@ -140,9 +141,9 @@ func TestAWithholdingChunksTokensCountOnce(t *testing.T) {
 	        "transitions": {"ACCEPT": null, "BLOCK": null}}}}}`)
 	agent := &streamingDraft{}
 	var done flow.Done
-	x := &flow.Executor{Agent: agent}
-	out := x.Run(context.Background(), flow.Turn{FlowID: "f", Def: def, InstanceID: "i", RunID: "r", Input: "hi"},
-		flow.Sink{Emit: func(evs ...flow.Event) error {
+	x := &engine.Executor{Agent: agent}
+	out := x.Run(context.Background(), engine.Turn{FlowID: "f", Def: def, InstanceID: "i", RunID: "r", Input: "hi"},
+		engine.Sink{Emit: func(evs ...flow.Event) error {
 			for _, e := range evs {
 				if d, ok := e.Data.(flow.Done); ok {
 					done = d
@@ -160,16 +161,16 @@ func TestAWithholdingChunksTokensCountOnce(t *testing.T) {
 // refuses every chunk, for 100 prompt tokens a call.
 type streamingDraft struct{ judged atomic.Int32 }
 
-func (d *streamingDraft) Act(ctx context.Context, t *flow.Task, emit func(flow.Event)) (flow.Reply, error) {
+func (d *streamingDraft) Act(ctx context.Context, t *engine.Task, emit func(flow.Event)) (engine.Reply, error) {
 	if t.Node.Name == "s" {
 		d.judged.Add(1)
-		return flow.Reply{Decision: flow.Block, Response: "no", Usage: &flow.Usage{PromptTokens: 100}}, nil
+		return engine.Reply{Decision: flow.Block, Response: "no", Usage: &flow.Usage{PromptTokens: 100}}, nil
 	}
 	for range 3 {
 		emit(flow.Event{Name: flow.EventPartial, Data: flow.Partial{StepID: t.StepID, Node: "a", Delta: "This is a first sentence of the draft. And a second one goes on. "}})
 	}
 	<-ctx.Done()
-	return flow.Reply{}, ctx.Err()
+	return engine.Reply{}, ctx.Err()
 }
 
 // A review answered on a replica resumes from the opening the dispatch
@@ -179,8 +180,8 @@ func TestAReviewRunsAlikeOnAReplica(t *testing.T) {
 	def := mustParse(t, `{"name": "x", "graph": {"start": "work", "nodes": {
 	  "work": {"type": "inner_agent", "agent_id": "work", "max_iterations": 1, "transitions": {"COMPLETE": null, "NEEDS_REVIEW": "sup"}},
 	  "sup": {"type": "superego", "agent_id": "sup", "constitution": "c", "transitions": {"ACCEPT": "work", "HUMAN_REVIEW": "work", "BLOCK": null}}}}}`)
-	script := func() flow.Agent {
-		return byNode(map[string][]flow.Reply{"work": {reply("NEEDS_REVIEW", "w"), reply("COMPLETE", "final")}, "sup": {reply("HUMAN_REVIEW", "look")}})
+	script := func() engine.Agent {
+		return byNode(map[string][]engine.Reply{"work": {reply("NEEDS_REVIEW", "w"), reply("COMPLETE", "final")}, "sup": {reply("HUMAN_REVIEW", "look")}})
 	}
 	agent := script()
 	first := runTurn(t, def, agent, nil, "hello")
@@ -188,8 +189,8 @@ func TestAReviewRunsAlikeOnAReplica(t *testing.T) {
 
 	agent = script()
 	first = runTurn(t, def, agent, nil, "hello")
-	x := &flow.Executor{Agent: agent}
-	turn := flow.Turn{FlowID: "f", Def: def, InstanceID: "i", RunID: "r2", Steps: first.steps, Options: flow.RunOptions{Review: &flow.Review{Approve: true}}}
+	x := &engine.Executor{Agent: agent}
+	turn := engine.Turn{FlowID: "f", Def: def, InstanceID: "i", RunID: "r2", Steps: first.steps, Options: flow.RunOptions{Review: &flow.Review{Approve: true}}}
 	opening := x.Opening(turn)
 	var log []flow.Event
 	for _, s := range first.steps {
@@ -198,7 +199,7 @@ func TestAReviewRunsAlikeOnAReplica(t *testing.T) {
 	turn.Steps = flow.Replay(append(log, opening...)).Steps
 	turn.Resume, turn.Opened = true, true
 	replica := result{}
-	replica.out = x.Run(context.Background(), turn, flow.Sink{Emit: func(evs ...flow.Event) error {
+	replica.out = x.Run(context.Background(), turn, engine.Sink{Emit: func(evs ...flow.Event) error {
 		for _, e := range evs {
 			if s, ok := e.Data.(flow.Step); ok {
 				replica.steps = append(replica.steps, s)
@@ -220,12 +221,12 @@ func TestAnErrorQuotingTheRequestShowsNoDraft(t *testing.T) {
 	  "a": {"type": "inner_agent", "agent_id": "a", "transitions": {"COMPLETE": "s"}},
 	  "s": {"type": "superego", "agent_id": "s", "constitution": "c", "transitions": {"ACCEPT": null, "BLOCK": null}}}}}`)
 	draft := "DRAFT-MARK: mix \"A\" and <B>.\nThen heat."
-	agent := agentFunc(func(t *flow.Task) (flow.Reply, error) {
+	agent := agentFunc(func(t *engine.Task) (engine.Reply, error) {
 		if t.Node.Name == "a" {
-			return flow.Reply{Decision: flow.Complete, Response: draft, AgentGuidance: "GUIDE-MARK \"quoted\""}, nil
+			return engine.Reply{Decision: flow.Complete, Response: draft, AgentGuidance: "GUIDE-MARK \"quoted\""}, nil
 		}
 		body, _ := json.Marshal(map[string]string{"content": t.Input, "guidance": t.Guidance})
-		return flow.Reply{}, fmt.Errorf("%w: 400 bad request, body: %s", flow.ErrModelUnavailable, body)
+		return engine.Reply{}, fmt.Errorf("%w: 400 bad request, body: %s", flow.ErrModelUnavailable, body)
 	})
 	r := runTurn(t, def, agent, nil, "hi")
 	leaks(t, r.events, "DRAFT-MARK")
@@ -240,7 +241,7 @@ func TestAnErrorQuotingTheRequestShowsNoDraft(t *testing.T) {
 func TestASpeculativeTurnsToolResultsAreHidden(t *testing.T) {
 	def := mustParse(t, guarded)
 	rounds := []flow.Step{{Node: "in", Decision: flow.NeedsTool, ToolUsage: []flow.ToolUse{{ToolName: "calculator", Input: []byte(`{"x": "IN-MARK"}`), Output: "OUT-MARK"}}}}
-	task := &flow.Task{Node: def.Graph.Nodes["in"], ToolRounds: rounds, BeforeWrite: func(context.Context) error { return nil }}
+	task := &engine.Task{Node: def.Graph.Nodes["in"], ToolRounds: rounds, BeforeWrite: func(context.Context) error { return nil }}
 	hidden := strings.Join(task.Hidden(), " ")
 	if !strings.Contains(hidden, "IN-MARK") || !strings.Contains(hidden, "OUT-MARK") {
 		t.Errorf("hidden: %q", hidden)

@@ -1,4 +1,4 @@
-package flow_test
+package engine_test
 
 import (
 	"context"
@@ -9,15 +9,17 @@ import (
 	"testing"
 	"time"
 
+	"superego/engine"
 	"superego/flow"
 	"superego/flow/storetest"
+	"superego/memstore"
 	"superego/sqlite"
 )
 
 // failingFirst is a store whose first write of a run's events fails, as a
 // crash between them would leave it.
 type failingFirst struct {
-	flow.MemStore
+	memstore.Store
 	failed bool
 }
 
@@ -27,7 +29,7 @@ func (s *failingFirst) Append(id string, events []flow.Event, done func(error)) 
 		done(errors.New("disk gone"))
 		return
 	}
-	s.MemStore.Append(id, events, done)
+	s.Store.Append(id, events, done)
 }
 
 // A run's start and its user's message are one write: when it fails, the
@@ -35,9 +37,9 @@ func (s *failingFirst) Append(id string, events []flow.Event, done func(error)) 
 func TestRunStartAndUserStepAreOneWrite(t *testing.T) {
 	ctx := context.Background()
 	store := &failingFirst{}
-	e := newEngine(t, agentFunc(func(*flow.Task) (flow.Reply, error) { return reply("ACCEPT", ""), nil }), 0)
+	e := newEngine(t, agentFunc(func(*engine.Task) (engine.Reply, error) { return reply("ACCEPT", ""), nil }), 0)
 	e.Store = store
-	sub, err := e.Start(ctx, flow.Request{FlowID: "one", Input: "hi"})
+	sub, err := e.Start(ctx, engine.Request{FlowID: "one", Input: "hi"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -64,7 +66,7 @@ func TestRunStartAndUserStepAreOneWrite(t *testing.T) {
 // panicking is an agent with a bug.
 type panicking struct{}
 
-func (panicking) Act(context.Context, *flow.Task, func(flow.Event)) (flow.Reply, error) {
+func (panicking) Act(context.Context, *engine.Task, func(flow.Event)) (engine.Reply, error) {
 	panic("index out of range [3] with length 3")
 }
 
@@ -75,7 +77,7 @@ func TestPanicFailsTheRunNotTheServer(t *testing.T) {
 	e := newEngine(t, panicking{}, 0)
 	var log strings.Builder // written before the subscription ends
 	e.Log = slog.New(slog.NewTextHandler(&log, nil))
-	sub, err := e.Start(ctx, flow.Request{FlowID: "one", Input: "hi"})
+	sub, err := e.Start(ctx, engine.Request{FlowID: "one", Input: "hi"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -95,8 +97,8 @@ func TestPanicFailsTheRunNotTheServer(t *testing.T) {
 	if !strings.Contains(log.String(), "reliability_test.go") {
 		t.Errorf("the log has no stack of the panic:\n%s", log.String())
 	}
-	e.Exec.Agent = agentFunc(func(*flow.Task) (flow.Reply, error) { return reply("ACCEPT", ""), nil })
-	sub, err = e.Start(ctx, flow.Request{FlowID: "one", Input: "again"})
+	e.Exec.Agent = agentFunc(func(*engine.Task) (engine.Reply, error) { return reply("ACCEPT", ""), nil })
+	sub, err = e.Start(ctx, engine.Request{FlowID: "one", Input: "again"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -118,7 +120,7 @@ func TestResumeWithAVanishedNode(t *testing.T) {
 		{"it runs next", "b", `node "b" is not in flow "v" any more`},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			store := &flow.MemStore{}
+			store := &memstore.Store{}
 			ignore := func(error) {}
 			store.Create(flow.Instance{ID: "x", FlowID: "v"}, ignore)
 			next := func(s string) *string { return &s }
@@ -128,8 +130,8 @@ func TestResumeWithAVanishedNode(t *testing.T) {
 				{ID: 3, Name: flow.EventCompleteStep, Data: flow.Step{StepID: "2", AgentID: "a", Node: "a", Role: flow.RoleAssistant, Decision: "COMPLETE", Response: "draft", NextAgent: next(c.at)}},
 			}
 			store.Append("x", events, ignore)
-			e := &flow.Engine{Flows: map[string]*flow.Flow{"v": {ID: "v", Def: mustParse(t, after)}},
-				Exec: &flow.Executor{Agent: byNode(map[string][]flow.Reply{"c": {reply("ACCEPT", "")}})}, Store: store, Log: slog.New(slog.DiscardHandler)}
+			e := &engine.Engine{Flows: map[string]*flow.Flow{"v": {ID: "v", Def: mustParse(t, after)}},
+				Exec: &engine.Executor{Agent: byNode(map[string][]engine.Reply{"c": {reply("ACCEPT", "")}})}, Store: store, Log: slog.New(slog.DiscardHandler)}
 			if n, err := e.Recover(ctx, nil); n != 1 || err != nil {
 				t.Fatalf("recover: %d %v", n, err)
 			}
@@ -185,13 +187,13 @@ func TestReconnectDoesNotStallOtherRuns(t *testing.T) {
 	g := newGated()
 	e := newEngine(t, g, 0)
 	e.Store = store
-	a, err := e.Start(ctx, flow.Request{FlowID: "one", Input: "a"})
+	a, err := e.Start(ctx, engine.Request{FlowID: "one", Input: "a"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	<-g.entered
 	store.slow = a.Instance
-	subscribed := make(chan *flow.Subscription)
+	subscribed := make(chan *engine.Subscription)
 	go func() {
 		s, err := e.Subscribe(ctx, a.Instance, 0)
 		if err != nil {
@@ -206,7 +208,7 @@ func TestReconnectDoesNotStallOtherRuns(t *testing.T) {
 	close(g.gate)
 	finished := make(chan []flow.Event)
 	go func() { finished <- drain(a) }()
-	b, err := e.Start(ctx, flow.Request{FlowID: "one", Input: "b"})
+	b, err := e.Start(ctx, engine.Request{FlowID: "one", Input: "b"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -259,10 +261,10 @@ func TestAFullDiskFailsTheRun(t *testing.T) {
 		{"at the last write, with done", storetest.Has(flow.EventDone), true},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			store := &storetest.Full{Store: &flow.MemStore{}, Fills: c.fills}
-			e := newEngine(t, agentFunc(func(*flow.Task) (flow.Reply, error) { return reply("ACCEPT", "fine"), nil }), 0)
+			store := &storetest.Full{Store: &memstore.Store{}, Fills: c.fills}
+			e := newEngine(t, agentFunc(func(*engine.Task) (engine.Reply, error) { return reply("ACCEPT", "fine"), nil }), 0)
 			e.Store = store
-			sub, err := e.Start(ctx, flow.Request{FlowID: "one", Input: "hi"})
+			sub, err := e.Start(ctx, engine.Request{FlowID: "one", Input: "hi"})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -294,7 +296,7 @@ func TestAFullDiskFailsTheRun(t *testing.T) {
 			if replay := drain(mustSubscribe(t, e, sub.Instance)); replay[len(replay)-1].Data.(flow.Done).Status != flow.StatusFailed {
 				t.Errorf("a replay ends %+v", replay[len(replay)-1])
 			}
-			if _, err := e.Start(ctx, flow.Request{FlowID: "one", InstanceID: sub.Instance, Input: "again"}); !errors.Is(err, flow.ErrStorage) {
+			if _, err := e.Start(ctx, engine.Request{FlowID: "one", InstanceID: sub.Instance, Input: "again"}); !errors.Is(err, flow.ErrStorage) {
 				t.Errorf("a new run on the instance: %v", err)
 			}
 			if err := e.Cancel(ctx, sub.Instance); !errors.Is(err, flow.ErrStorage) {
@@ -311,7 +313,7 @@ func TestAFullDiskFailsTheRun(t *testing.T) {
 			if stored, _ := store.Events(ctx, sub.Instance, 0); flow.Replay(stored).Status != flow.StatusFailed {
 				t.Errorf("the log says %s", flow.Replay(stored).Status)
 			}
-			again, err := e.Start(ctx, flow.Request{FlowID: "one", InstanceID: sub.Instance, Input: "again"})
+			again, err := e.Start(ctx, engine.Request{FlowID: "one", InstanceID: sub.Instance, Input: "again"})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -333,19 +335,19 @@ func TestInputInFlightIsBounded(t *testing.T) {
 	// Run returns once its run has let go of the instance, and of its input.
 	ran := make(chan error, 2)
 	go func() {
-		ran <- e.Run(ctx, flow.Request{FlowID: "one", Input: strings.Repeat("a", 40),
+		ran <- e.Run(ctx, engine.Request{FlowID: "one", Input: strings.Repeat("a", 40),
 			Prior: []flow.Step{{Role: flow.RoleUser, Response: strings.Repeat("b", 20)}}}, nil)
 	}()
 	<-g.entered
-	_, err := e.Start(ctx, flow.Request{FlowID: "one", Input: strings.Repeat("a", 41)})
+	_, err := e.Start(ctx, engine.Request{FlowID: "one", Input: strings.Repeat("a", 41)})
 	if !errors.Is(err, flow.ErrInputInFlight) || !errors.Is(err, flow.ErrTooMany) ||
 		err.Error() != "the runs in flight hold 60 bytes of input, and this run's 41 bytes would take them past the server's 100 bytes; retry later: too much input in flight: too many runs in flight" {
 		t.Errorf("past the bound: %v", err)
 	}
-	if _, err := e.Start(ctx, flow.Request{FlowID: "one", Input: strings.Repeat("a", 101)}); !errors.Is(err, flow.ErrInvalid) {
+	if _, err := e.Start(ctx, engine.Request{FlowID: "one", Input: strings.Repeat("a", 101)}); !errors.Is(err, flow.ErrInvalid) {
 		t.Errorf("larger than the bound: %v", err)
 	}
-	go func() { ran <- e.Run(ctx, flow.Request{FlowID: "one", Input: strings.Repeat("a", 40)}, nil) }()
+	go func() { ran <- e.Run(ctx, engine.Request{FlowID: "one", Input: strings.Repeat("a", 40)}, nil) }()
 	<-g.entered // within the bound
 	close(g.gate)
 	for range 2 {
@@ -353,7 +355,7 @@ func TestInputInFlightIsBounded(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if err := e.Run(ctx, flow.Request{FlowID: "one", Input: strings.Repeat("a", 100)}, nil); err != nil {
+	if err := e.Run(ctx, engine.Request{FlowID: "one", Input: strings.Repeat("a", 100)}, nil); err != nil {
 		t.Fatalf("once the runs ended: %v", err)
 	}
 }

@@ -1,4 +1,4 @@
-package flow_test
+package engine_test
 
 import (
 	"context"
@@ -6,6 +6,7 @@ import (
 	"errors"
 	"testing"
 
+	"superego/engine"
 	"superego/flow"
 )
 
@@ -19,13 +20,13 @@ func TestDoneAlwaysCarriesUsage(t *testing.T) {
 	counted.Usage = &flow.Usage{PromptTokens: 3, CompletionTokens: 2}
 	for _, c := range []struct {
 		name  string
-		agent flow.Agent
+		agent engine.Agent
 		want  string
 	}{
-		{"no tokens reported", byNode(map[string][]flow.Reply{"in": {reply("ACCEPT", "")}, "work": {reply("COMPLETE", "done")}, "out": {reply("ACCEPT", "")}}), zeros},
-		{"blocked at once", byNode(map[string][]flow.Reply{"in": {reply("BLOCK", "no")}}), zeros},
+		{"no tokens reported", byNode(map[string][]engine.Reply{"in": {reply("ACCEPT", "")}, "work": {reply("COMPLETE", "done")}, "out": {reply("ACCEPT", "")}}), zeros},
+		{"blocked at once", byNode(map[string][]engine.Reply{"in": {reply("BLOCK", "no")}}), zeros},
 		{"failed", byNode(nil), zeros},
-		{"tokens reported", byNode(map[string][]flow.Reply{"in": {counted}, "work": {reply("COMPLETE", "done")}, "out": {reply("ACCEPT", "")}}),
+		{"tokens reported", byNode(map[string][]engine.Reply{"in": {counted}, "work": {reply("COMPLETE", "done")}, "out": {reply("ACCEPT", "")}}),
 			`{"prompt_tokens":3,"completion_tokens":2,"speculative_prompt_tokens":0,"speculative_completion_tokens":0}`},
 	} {
 		t.Run(c.name, func(t *testing.T) {
@@ -53,15 +54,15 @@ func TestFailedSpeculativeTurnCountsItsJudgements(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	agent := agentFunc(func(task *flow.Task) (flow.Reply, error) {
+	agent := agentFunc(func(task *engine.Task) (engine.Reply, error) {
 		switch task.Node.Name {
 		case "j":
-			return flow.Reply{Decision: flow.Accept, Usage: &flow.Usage{PromptTokens: 7, CompletionTokens: 1}}, nil
+			return engine.Reply{Decision: flow.Accept, Usage: &flow.Usage{PromptTokens: 7, CompletionTokens: 1}}, nil
 		case "a":
-			run := func(context.Context, json.RawMessage) flow.Result { return flow.Result{Output: "2"} }
-			task.Calls.Propose(0, flow.ToolUse{ID: "c1", ToolName: "calculator", Input: []byte(`{"expression":"1+1"}`)}, flow.ToolInfo{}, run)
-			task.Calls.Propose(0, flow.ToolUse{ID: "c1", ToolName: "calculator", Input: []byte(`{"expression":"2+2"}`)}, flow.ToolInfo{}, run)
-			return flow.Reply{Usage: &flow.Usage{PromptTokens: 100, CompletionTokens: 10}}, errors.New("the provider failed")
+			run := func(context.Context, json.RawMessage) engine.Result { return engine.Result{Output: "2"} }
+			task.Calls.Propose(0, flow.ToolUse{ID: "c1", ToolName: "calculator", Input: []byte(`{"expression":"1+1"}`)}, engine.ToolInfo{}, run)
+			task.Calls.Propose(0, flow.ToolUse{ID: "c1", ToolName: "calculator", Input: []byte(`{"expression":"2+2"}`)}, engine.ToolInfo{}, run)
+			return engine.Reply{Usage: &flow.Usage{PromptTokens: 100, CompletionTokens: 10}}, errors.New("the provider failed")
 		}
 		return reply(flow.Accept, ""), nil
 	})

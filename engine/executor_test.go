@@ -1,4 +1,4 @@
-package flow_test
+package engine_test
 
 import (
 	"context"
@@ -8,26 +8,27 @@ import (
 	"sync"
 	"testing"
 
+	"superego/engine"
 	"superego/flow"
 )
 
 // agentFunc is a fake agent: a script of replies by node.
-type agentFunc func(t *flow.Task) (flow.Reply, error)
+type agentFunc func(t *engine.Task) (engine.Reply, error)
 
-func (f agentFunc) Act(_ context.Context, t *flow.Task, _ func(flow.Event)) (flow.Reply, error) {
+func (f agentFunc) Act(_ context.Context, t *engine.Task, _ func(flow.Event)) (engine.Reply, error) {
 	return f(t)
 }
 
 // byNode answers each node from its own queue of replies; the last reply
 // repeats.
-func byNode(script map[string][]flow.Reply) agentFunc {
+func byNode(script map[string][]engine.Reply) agentFunc {
 	var mu sync.Mutex
-	return func(t *flow.Task) (flow.Reply, error) {
+	return func(t *engine.Task) (engine.Reply, error) {
 		mu.Lock()
 		defer mu.Unlock()
 		q := script[t.Node.Name]
 		if len(q) == 0 {
-			return flow.Reply{}, fmt.Errorf("no script for %s", t.Node.Name)
+			return engine.Reply{}, fmt.Errorf("no script for %s", t.Node.Name)
 		}
 		r := q[0]
 		if len(q) > 1 {
@@ -47,7 +48,7 @@ func mustParse(tb testing.TB, def string) *flow.Definition {
 }
 
 type result struct {
-	out    flow.Outcome
+	out    engine.Outcome
 	steps  []flow.Step
 	events []flow.Event
 }
@@ -62,12 +63,12 @@ func (r result) trace() string {
 	return strings.Join(t, " ")
 }
 
-func runTurn(tb testing.TB, def *flow.Definition, agent flow.Agent, prior []flow.Step, input string) result {
+func runTurn(tb testing.TB, def *flow.Definition, agent engine.Agent, prior []flow.Step, input string) result {
 	tb.Helper()
 	var r result
-	x := &flow.Executor{Agent: agent}
-	r.out = x.Run(context.Background(), flow.Turn{FlowID: "f", Def: def, InstanceID: "i", RunID: "r", Steps: prior, Input: input},
-		flow.Sink{Emit: func(evs ...flow.Event) error {
+	x := &engine.Executor{Agent: agent}
+	r.out = x.Run(context.Background(), engine.Turn{FlowID: "f", Def: def, InstanceID: "i", RunID: "r", Steps: prior, Input: input},
+		engine.Sink{Emit: func(evs ...flow.Event) error {
 			for _, e := range evs {
 				r.events = append(r.events, e)
 				if s, ok := e.Data.(flow.Step); ok {
@@ -79,11 +80,11 @@ func runTurn(tb testing.TB, def *flow.Definition, agent flow.Agent, prior []flow
 	return r
 }
 
-func reply(decision, response string) flow.Reply {
-	return flow.Reply{Decision: decision, Response: response, Thinking: "t", AgentGuidance: "g-" + decision}
+func reply(decision, response string) engine.Reply {
+	return engine.Reply{Decision: decision, Response: response, Thinking: "t", AgentGuidance: "g-" + decision}
 }
 
-var toolReply = flow.Reply{ToolUsage: []flow.ToolUse{{ID: "c1", ToolName: "calculator", Input: []byte(`{}`), Output: "50"}}}
+var toolReply = engine.Reply{ToolUsage: []flow.ToolUse{{ID: "c1", ToolName: "calculator", Input: []byte(`{}`), Output: "50"}}}
 
 const guarded = `{"name": "g", "graph": {"start": "in", "nodes": {
   "in":  {"type": "superego", "agent_id": "in", "constitution": "c", "max_iterations": 2,
@@ -98,61 +99,61 @@ func TestTransitionsAndStatuses(t *testing.T) {
 	cases := []struct {
 		name     string
 		def      string
-		script   map[string][]flow.Reply
+		script   map[string][]engine.Reply
 		status   string
 		trace    string
 		response string
 	}{
-		{"accept path with tool loop", guarded, map[string][]flow.Reply{
+		{"accept path with tool loop", guarded, map[string][]engine.Reply{
 			"in":   {reply("ACCEPT", "")},
 			"work": {toolReply, reply("COMPLETE", "50")},
 			"out":  {reply("ACCEPT", "")},
 		}, flow.StatusCompleted, "in:ACCEPT work:NEEDS_TOOL work:COMPLETE out:ACCEPT", "50"},
-		{"superego BLOCK ends blocked with its refusal", guarded, map[string][]flow.Reply{
+		{"superego BLOCK ends blocked with its refusal", guarded, map[string][]engine.Reply{
 			"in": {reply("BLOCK", "I can't help with that.")},
 		}, flow.StatusBlocked, "in:BLOCK", "I can't help with that."},
-		{"inner agent decision to null completes", guarded, map[string][]flow.Reply{
+		{"inner agent decision to null completes", guarded, map[string][]engine.Reply{
 			"in": {reply("CAUTION", "")}, "work": {reply("ERROR", "cannot")},
 		}, flow.StatusCompleted, "in:CAUTION work:ERROR", "cannot"},
-		{"BLOCK with a target goes on; cap then ends iteration_limit", guarded, map[string][]flow.Reply{
+		{"BLOCK with a target goes on; cap then ends iteration_limit", guarded, map[string][]engine.Reply{
 			"in": {reply("ACCEPT", "")}, "work": {reply("COMPLETE", "draft")}, "out": {reply("BLOCK", "no")},
 		}, flow.StatusIterationLimit, "in:ACCEPT work:COMPLETE out:BLOCK work:COMPLETE out:BLOCK work:COMPLETE", "no"},
-		{"tool loop capped by max_iterations", guarded, map[string][]flow.Reply{
+		{"tool loop capped by max_iterations", guarded, map[string][]engine.Reply{
 			"in": {reply("ACCEPT", "")}, "work": {toolReply},
 		}, flow.StatusIterationLimit, "in:ACCEPT work:NEEDS_TOOL work:NEEDS_TOOL work:NEEDS_TOOL", ""},
-		{"lowercase decision is accepted", guarded, map[string][]flow.Reply{
+		{"lowercase decision is accepted", guarded, map[string][]engine.Reply{
 			"in": {reply(" block ", "no")},
 		}, flow.StatusBlocked, "in:BLOCK", "no"},
 		{"star catches an unlisted decision", `{"name": "s", "graph": {"start": "a", "nodes": {
 			"a": {"type": "inner_agent", "agent_id": "a", "transitions": {"DONE": null, "*": "b"}},
-			"b": {"type": "inner_agent", "agent_id": "b", "transitions": {"*": null}}}}}`, map[string][]flow.Reply{
+			"b": {"type": "inner_agent", "agent_id": "b", "transitions": {"*": null}}}}}`, map[string][]engine.Reply{
 			"a": {reply("WEIRD", "x")}, "b": {reply("COMPLETE", "y")},
 		}, flow.StatusCompleted, "a:WEIRD b:COMPLETE", "y"},
 		{"star does not catch NEEDS_TOOL: the tool loop returns to the node", `{"name": "s", "graph": {"start": "a", "nodes": {
-			"a": {"type": "inner_agent", "agent_id": "a", "tools": ["calculator"], "transitions": {"*": null}}}}}`, map[string][]flow.Reply{
+			"a": {"type": "inner_agent", "agent_id": "a", "tools": ["calculator"], "transitions": {"*": null}}}}}`, map[string][]engine.Reply{
 			"a": {toolReply, reply("COMPLETE", "done")},
 		}, flow.StatusCompleted, "a:NEEDS_TOOL a:COMPLETE", "done"},
 		{"MAX_ITERATIONS transition", `{"name": "m", "graph": {"start": "a", "nodes": {
 			"a": {"type": "inner_agent", "agent_id": "a", "max_iterations": 2, "transitions": {"COMPLETE": null, "AGAIN": "self", "MAX_ITERATIONS": "b"}},
-			"b": {"type": "inner_agent", "agent_id": "b", "transitions": {"COMPLETE": null}}}}}`, map[string][]flow.Reply{
+			"b": {"type": "inner_agent", "agent_id": "b", "transitions": {"COMPLETE": null}}}}}`, map[string][]engine.Reply{
 			"a": {reply("AGAIN", "1")}, "b": {reply("COMPLETE", "summary")},
 		}, flow.StatusCompleted, "a:AGAIN a:AGAIN b:COMPLETE", "summary"},
 		{"MAX_ITERATIONS to null ends iteration_limit", `{"name": "m", "graph": {"start": "a", "nodes": {
-			"a": {"type": "inner_agent", "agent_id": "a", "max_iterations": 1, "transitions": {"AGAIN": "self", "MAX_ITERATIONS": null}}}}}`, map[string][]flow.Reply{
+			"a": {"type": "inner_agent", "agent_id": "a", "max_iterations": 1, "transitions": {"AGAIN": "self", "MAX_ITERATIONS": null}}}}}`, map[string][]engine.Reply{
 			"a": {reply("AGAIN", "1")},
 		}, flow.StatusIterationLimit, "a:AGAIN", "1"},
 		{"run step cap", `{"name": "p", "graph": {"start": "a", "max_steps": 4, "nodes": {
 			"a": {"type": "inner_agent", "agent_id": "a", "max_iterations": 100, "transitions": {"PING": "b"}},
-			"b": {"type": "inner_agent", "agent_id": "b", "max_iterations": 100, "transitions": {"PONG": "a"}}}}}`, map[string][]flow.Reply{
+			"b": {"type": "inner_agent", "agent_id": "b", "max_iterations": 100, "transitions": {"PONG": "a"}}}}}`, map[string][]engine.Reply{
 			"a": {reply("PING", "")}, "b": {reply("PONG", "")},
 		}, flow.StatusIterationLimit, "a:PING b:PONG a:PING b:PONG", ""},
-		{"NEEDS_CLARIFICATION pauses", guarded, map[string][]flow.Reply{
+		{"NEEDS_CLARIFICATION pauses", guarded, map[string][]engine.Reply{
 			"in": {reply("NEEDS_CLARIFICATION", "Which numbers?")},
 		}, flow.StatusAwaitingInput, "in:NEEDS_CLARIFICATION", "Which numbers?"},
-		{"no valid decision: superego falls back to CAUTION", guarded, map[string][]flow.Reply{
+		{"no valid decision: superego falls back to CAUTION", guarded, map[string][]engine.Reply{
 			"in": {reply("", "")}, "work": {reply("COMPLETE", "ok")}, "out": {reply("ACCEPT", "")},
 		}, flow.StatusCompleted, "in:CAUTION work:COMPLETE out:ACCEPT", "ok"},
-		{"no valid decision: inner agent falls back to COMPLETE", guarded, map[string][]flow.Reply{
+		{"no valid decision: inner agent falls back to COMPLETE", guarded, map[string][]engine.Reply{
 			"in": {reply("ACCEPT", "")}, "work": {reply("DONE!", "ok")}, "out": {reply("ACCEPT", "")},
 		}, flow.StatusCompleted, "in:ACCEPT work:COMPLETE out:ACCEPT", "ok"},
 	}
@@ -175,7 +176,7 @@ func TestTransitionsAndStatuses(t *testing.T) {
 }
 
 func TestFallbackIsRecorded(t *testing.T) {
-	r := runTurn(t, mustParse(t, guarded), byNode(map[string][]flow.Reply{
+	r := runTurn(t, mustParse(t, guarded), byNode(map[string][]engine.Reply{
 		"in": {reply("PERHAPS", "")}, "work": {reply("COMPLETE", "ok")}, "out": {reply("", "")},
 	}), nil, "hello")
 	if got := r.steps[1].Fallback; got != `"PERHAPS" is not one of ACCEPT, BLOCK, CAUTION, NEEDS_CLARIFICATION; used CAUTION` {
@@ -188,13 +189,13 @@ func TestFallbackIsRecorded(t *testing.T) {
 }
 
 func TestGuidanceGoesToTheNextNodeOnly(t *testing.T) {
-	var tasks []flow.Task
-	script := byNode(map[string][]flow.Reply{
+	var tasks []engine.Task
+	script := byNode(map[string][]engine.Reply{
 		"in":   {{Decision: "CAUTION", AgentGuidance: "watch units", Thinking: "secret"}},
 		"work": {toolReply, {Decision: "COMPLETE", Response: "50 m", AgentGuidance: "used the tool"}},
 		"out":  {{Decision: "ACCEPT"}},
 	})
-	agent := agentFunc(func(t *flow.Task) (flow.Reply, error) { tasks = append(tasks, *t); return script(t) })
+	agent := agentFunc(func(t *engine.Task) (engine.Reply, error) { tasks = append(tasks, *t); return script(t) })
 	r := runTurn(t, mustParse(t, guarded), agent, nil, "5*10 m?")
 	if r.out.Status != flow.StatusCompleted {
 		t.Fatal(r.out)
@@ -219,12 +220,12 @@ func TestClarificationResumesOnTheNextInput(t *testing.T) {
 	def := mustParse(t, `{"name": "c", "graph": {"start": "in", "nodes": {
 	  "in": {"type": "superego", "agent_id": "in", "constitution": "c", "transitions": {"ACCEPT": "work", "NEEDS_CLARIFICATION": "work"}},
 	  "work": {"type": "inner_agent", "agent_id": "work", "transitions": {"COMPLETE": null}}}}}`)
-	var seen []flow.Task
-	script := byNode(map[string][]flow.Reply{
+	var seen []engine.Task
+	script := byNode(map[string][]engine.Reply{
 		"in":   {{Decision: "NEEDS_CLARIFICATION", Response: "Which city?", Thinking: "HIDDEN-T", AgentGuidance: "HIDDEN-G"}},
 		"work": {{Decision: "COMPLETE", Response: "Sunny in Paris."}},
 	})
-	agent := agentFunc(func(t *flow.Task) (flow.Reply, error) { seen = append(seen, *t); return script(t) })
+	agent := agentFunc(func(t *engine.Task) (engine.Reply, error) { seen = append(seen, *t); return script(t) })
 	first := runTurn(t, def, agent, nil, "Weather?")
 	if first.out.Status != flow.StatusAwaitingInput || first.out.Response != "Which city?" {
 		t.Fatalf("first turn %+v", first.out)
@@ -249,10 +250,10 @@ func TestClarificationResumesOnTheNextInput(t *testing.T) {
 
 func TestCancelledRunEndsCancelled(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
-	agent := agentFunc(func(t *flow.Task) (flow.Reply, error) { cancel(); return flow.Reply{}, context.Canceled })
+	agent := agentFunc(func(t *engine.Task) (engine.Reply, error) { cancel(); return engine.Reply{}, context.Canceled })
 	var done flow.Done
-	out := (&flow.Executor{Agent: agent}).Run(ctx, flow.Turn{Def: mustParse(t, guarded), InstanceID: "i", Input: "x"},
-		flow.Sink{Emit: func(evs ...flow.Event) error {
+	out := (&engine.Executor{Agent: agent}).Run(ctx, engine.Turn{Def: mustParse(t, guarded), InstanceID: "i", Input: "x"},
+		engine.Sink{Emit: func(evs ...flow.Event) error {
 			if d, ok := evs[len(evs)-1].Data.(flow.Done); ok {
 				done = d
 			}
@@ -264,10 +265,10 @@ func TestCancelledRunEndsCancelled(t *testing.T) {
 }
 
 func TestEmitFailureFailsTheRun(t *testing.T) {
-	agent := byNode(map[string][]flow.Reply{"in": {reply("ACCEPT", "")}})
+	agent := byNode(map[string][]engine.Reply{"in": {reply("ACCEPT", "")}})
 	var code string
-	out := (&flow.Executor{Agent: agent}).Run(context.Background(), flow.Turn{Def: mustParse(t, guarded), Input: "x"},
-		flow.Sink{Emit: func(evs ...flow.Event) error {
+	out := (&engine.Executor{Agent: agent}).Run(context.Background(), engine.Turn{Def: mustParse(t, guarded), Input: "x"},
+		engine.Sink{Emit: func(evs ...flow.Event) error {
 			for _, e := range evs {
 				if d, ok := e.Data.(flow.ErrorData); ok {
 					code = d.Code

@@ -1,4 +1,4 @@
-package flow_test
+package engine_test
 
 import (
 	"context"
@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"superego/engine"
 	"superego/flow"
 )
 
@@ -16,14 +17,14 @@ const reviewedFlow = `{"name": "r", "graph": {"start": "sup", "nodes": {
   "work": {"type": "inner_agent", "agent_id": "work", "transitions": {"COMPLETE": null}}
 }}}`
 
-var proposal = flow.Reply{ToolUsage: []flow.ToolUse{{ID: "c1", ToolName: "supervised_create_rule", Input: json.RawMessage(`{"name": "x", "text": "X."}`), Output: "proposed: …", Proposed: true}}}
+var proposal = engine.Reply{ToolUsage: []flow.ToolUse{{ID: "c1", ToolName: "supervised_create_rule", Input: json.RawMessage(`{"name": "x", "text": "X."}`), Output: "proposed: …", Proposed: true}}}
 
 // reviewTurn answers the review the log ends with, as the engine does.
-func reviewTurn(def *flow.Definition, agent flow.Agent, prior []flow.Step, approve bool) result {
+func reviewTurn(def *flow.Definition, agent engine.Agent, prior []flow.Step, approve bool) result {
 	var r result
-	x := &flow.Executor{Agent: agent}
-	r.out = x.Run(context.Background(), flow.Turn{FlowID: "f", Def: def, InstanceID: "i", RunID: "r2", Steps: prior, Options: flow.RunOptions{Review: &flow.Review{Approve: approve, Note: "ok"}}},
-		flow.Sink{Emit: func(evs ...flow.Event) error {
+	x := &engine.Executor{Agent: agent}
+	r.out = x.Run(context.Background(), engine.Turn{FlowID: "f", Def: def, InstanceID: "i", RunID: "r2", Steps: prior, Options: flow.RunOptions{Review: &flow.Review{Approve: approve, Note: "ok"}}},
+		engine.Sink{Emit: func(evs ...flow.Event) error {
 			for _, e := range evs {
 				if s, ok := e.Data.(flow.Step); ok {
 					r.steps = append(r.steps, s)
@@ -51,7 +52,7 @@ func TestProposedChangesWaitForReview(t *testing.T) {
 		{"block, approved", "BLOCK", true, "sup:APPROVED", flow.StatusBlocked},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			agent := byNode(map[string][]flow.Reply{"sup": {proposal, reply(c.decision, "")}, "work": {reply("COMPLETE", "done")}})
+			agent := byNode(map[string][]engine.Reply{"sup": {proposal, reply(c.decision, "")}, "work": {reply("COMPLETE", "done")}})
 			first := runTurn(t, def, agent, nil, "hello")
 			if first.out.Status != flow.StatusAwaitingReview || first.trace() != "sup:NEEDS_TOOL sup:"+c.decision {
 				t.Fatalf("first run: %s, %s", first.out.Status, first.trace())
@@ -66,16 +67,16 @@ func TestProposedChangesWaitForReview(t *testing.T) {
 		})
 	}
 	// Without proposals, or with changes that failed, nothing waits.
-	failed := flow.Reply{ToolUsage: []flow.ToolUse{{ID: "c1", ToolName: "supervised_create_rule", Input: json.RawMessage(`{}`), Error: "refused"}}}
-	for _, script := range [][]flow.Reply{{reply("ACCEPT", "")}, {failed, reply("ACCEPT", "")}} {
-		r := runTurn(t, def, byNode(map[string][]flow.Reply{"sup": script, "work": {reply("COMPLETE", "done")}}), nil, "hello")
+	failed := engine.Reply{ToolUsage: []flow.ToolUse{{ID: "c1", ToolName: "supervised_create_rule", Input: json.RawMessage(`{}`), Error: "refused"}}}
+	for _, script := range [][]engine.Reply{{reply("ACCEPT", "")}, {failed, reply("ACCEPT", "")}} {
+		r := runTurn(t, def, byNode(map[string][]engine.Reply{"sup": script, "work": {reply("COMPLETE", "done")}}), nil, "hello")
 		if r.out.Status != flow.StatusCompleted {
 			t.Errorf("%s: %s", r.trace(), r.out.Status)
 		}
 	}
 	// A supervisor's own HUMAN_REVIEW keeps its meaning: rejected, the
 	// run is blocked.
-	agent := byNode(map[string][]flow.Reply{"sup": {proposal, reply("HUMAN_REVIEW", "a person must look")}, "work": {reply("COMPLETE", "done")}})
+	agent := byNode(map[string][]engine.Reply{"sup": {proposal, reply("HUMAN_REVIEW", "a person must look")}, "work": {reply("COMPLETE", "done")}})
 	first := runTurn(t, def, agent, nil, "hello")
 	if r := reviewTurn(def, agent, first.steps, false); first.out.Status != flow.StatusAwaitingReview || r.out.Status != flow.StatusBlocked || r.trace() != "sup:REJECTED" {
 		t.Errorf("HUMAN_REVIEW: %s, then %s %s", first.out.Status, r.out.Status, r.trace())
@@ -89,16 +90,16 @@ func TestTasksCarryWhatSupervisionReads(t *testing.T) {
 	  "in": {"type": "superego", "agent_id": "in", "constitution": "c", "transitions": {"ACCEPT": "sup"}},
 	  "sup": {"type": "superego", "agent_id": "sup", "constitution": "c", "allowed_actions": ["READ_ONLY"], "transitions": {"ACCEPT": "work"}},
 	  "work": {"type": "inner_agent", "agent_id": "work", "tools": ["calculator", "mcp__fs__*"], "transitions": {"COMPLETE": null}}}}}`)
-	got := map[string]*flow.Supervised{}
-	agent := agentFunc(func(task *flow.Task) (flow.Reply, error) {
+	got := map[string]*engine.Supervised{}
+	agent := agentFunc(func(task *engine.Task) (engine.Reply, error) {
 		got[task.Node.Name] = task.Supervised
 		if task.Node.Name == "work" {
 			return reply("COMPLETE", "done"), nil
 		}
-		return flow.Reply{Decision: "ACCEPT", Thinking: "HIDDEN-T", AgentGuidance: "HIDDEN-G"}, nil
+		return engine.Reply{Decision: "ACCEPT", Thinking: "HIDDEN-T", AgentGuidance: "HIDDEN-G"}, nil
 	})
-	x := &flow.Executor{Agent: agent, Context: []flow.ContextItem{{Kind: "reference", Name: "r", Text: "R."}}}
-	x.Run(context.Background(), flow.Turn{FlowID: "f", Def: def, InstanceID: "i", RunID: "r", Input: "hi"}, flow.Sink{Emit: func(...flow.Event) error { return nil }})
+	x := &engine.Executor{Agent: agent, Context: []flow.ContextItem{{Kind: "reference", Name: "r", Text: "R."}}}
+	x.Run(context.Background(), engine.Turn{FlowID: "f", Def: def, InstanceID: "i", RunID: "r", Input: "hi"}, engine.Sink{Emit: func(...flow.Event) error { return nil }})
 	if got["in"] != nil || got["sup"] == nil || got["work"] == nil {
 		t.Fatalf("supervised: %+v", got)
 	}

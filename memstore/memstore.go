@@ -1,33 +1,35 @@
-package flow
+package memstore
 
 import (
 	"context"
 	"fmt"
 	"sort"
 	"sync"
+
+	"superego/flow"
 )
 
-// MemStore is a Store in memory; its zero value is ready. Instances are lost
+// Store is a flow.Store in memory; its zero value is ready. Instances are lost
 // with the process.
-type MemStore struct {
+type Store struct {
 	mu   sync.RWMutex
 	inst map[string]*memInstance
 }
 
 type memInstance struct {
-	Instance
-	events []Event
-	held   []Event
+	flow.Instance
+	events []flow.Event
+	held   []flow.Event
 }
 
-var _ Store = (*MemStore)(nil)
+var _ flow.Store = (*Store)(nil)
 
 // Create is done at once.
-func (m *MemStore) Create(inst Instance, done func(error)) {
+func (m *Store) Create(inst flow.Instance, done func(error)) {
 	done(m.create(inst))
 }
 
-func (m *MemStore) create(inst Instance) error {
+func (m *Store) create(inst flow.Instance) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.inst == nil {
@@ -37,31 +39,31 @@ func (m *MemStore) create(inst Instance) error {
 		return fmt.Errorf("instance %s exists", inst.ID)
 	}
 	// Room for a typical run's events; a conversation's log grows past it.
-	m.inst[inst.ID] = &memInstance{Instance: inst, events: make([]Event, 0, 16)}
+	m.inst[inst.ID] = &memInstance{Instance: inst, events: make([]flow.Event, 0, 16)}
 	return nil
 }
 
-func (m *MemStore) Get(_ context.Context, id string) (Instance, error) {
+func (m *Store) Get(_ context.Context, id string) (flow.Instance, error) {
 	m.mu.RLock()
 	defer m.mu.RUnlock()
 	mi := m.inst[id]
 	if mi == nil {
-		return Instance{}, fmt.Errorf("instance %q: %w", id, ErrNotFound)
+		return flow.Instance{}, fmt.Errorf("instance %q: %w", id, flow.ErrNotFound)
 	}
 	return mi.Instance, nil
 }
 
-func (m *MemStore) List(_ context.Context, opt ListOptions) ([]Summary, error) {
+func (m *Store) List(_ context.Context, opt flow.ListOptions) ([]flow.Summary, error) {
 	if err := opt.Check(); err != nil {
 		return nil, err
 	}
 	m.mu.RLock()
-	var out []Summary
+	var out []flow.Summary
 	for _, mi := range m.inst {
-		if opt.FlowID != "" && mi.FlowID != opt.FlowID || !Tagged(mi.Tags, opt.Tags) {
+		if opt.FlowID != "" && mi.FlowID != opt.FlowID || !flow.Tagged(mi.Tags, opt.Tags) {
 			continue
 		}
-		if sum := Summarize(mi.Instance, mi.events); opt.Status == "" || sum.Status == opt.Status {
+		if sum := flow.Summarize(mi.Instance, mi.events); opt.Status == "" || sum.Status == opt.Status {
 			out = append(out, sum)
 		}
 	}
@@ -79,21 +81,21 @@ func (m *MemStore) List(_ context.Context, opt ListOptions) ([]Summary, error) {
 }
 
 // Append is done at once.
-func (m *MemStore) Append(id string, events []Event, done func(error)) {
+func (m *Store) Append(id string, events []flow.Event, done func(error)) {
 	done(m.append(id, events, false))
 }
 
 // Settle is done at once.
-func (m *MemStore) Settle(id string, events []Event, done func(error)) {
+func (m *Store) Settle(id string, events []flow.Event, done func(error)) {
 	done(m.append(id, events, true))
 }
 
-func (m *MemStore) append(id string, events []Event, settle bool) error {
+func (m *Store) append(id string, events []flow.Event, settle bool) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	mi := m.inst[id]
 	if mi == nil {
-		return fmt.Errorf("instance %q: %w", id, ErrNotFound)
+		return fmt.Errorf("instance %q: %w", id, flow.ErrNotFound)
 	}
 	last := int64(0)
 	if n := len(mi.events); n > 0 {
@@ -113,38 +115,38 @@ func (m *MemStore) append(id string, events []Event, settle bool) error {
 }
 
 // Hold is done at once.
-func (m *MemStore) Hold(id string, e Event, done func(error)) {
+func (m *Store) Hold(id string, e flow.Event, done func(error)) {
 	done(m.hold(id, e))
 }
 
-func (m *MemStore) hold(id string, e Event) error {
+func (m *Store) hold(id string, e flow.Event) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	mi := m.inst[id]
 	if mi == nil {
-		return fmt.Errorf("instance %q: %w", id, ErrNotFound)
+		return fmt.Errorf("instance %q: %w", id, flow.ErrNotFound)
 	}
 	mi.held = append(mi.held, e)
 	return nil
 }
 
-func (m *MemStore) Held(_ context.Context, id string) ([]Event, error) {
+func (m *Store) Held(_ context.Context, id string) ([]flow.Event, error) {
 	m.mu.RLock()
 	defer m.mu.RUnlock()
 	mi := m.inst[id]
 	if mi == nil {
-		return nil, fmt.Errorf("instance %q: %w", id, ErrNotFound)
+		return nil, fmt.Errorf("instance %q: %w", id, flow.ErrNotFound)
 	}
-	return append([]Event(nil), mi.held...), nil
+	return append([]flow.Event(nil), mi.held...), nil
 }
 
-func (m *MemStore) Events(_ context.Context, id string, after int64) ([]Event, error) {
+func (m *Store) Events(_ context.Context, id string, after int64) ([]flow.Event, error) {
 	m.mu.RLock()
 	defer m.mu.RUnlock()
 	mi := m.inst[id]
 	if mi == nil {
-		return nil, fmt.Errorf("instance %q: %w", id, ErrNotFound)
+		return nil, fmt.Errorf("instance %q: %w", id, flow.ErrNotFound)
 	}
 	i := sort.Search(len(mi.events), func(i int) bool { return mi.events[i].ID > after })
-	return append([]Event(nil), mi.events[i:]...), nil
+	return append([]flow.Event(nil), mi.events[i:]...), nil
 }

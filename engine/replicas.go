@@ -1,4 +1,4 @@
-package flow
+package engine
 
 import (
 	"context"
@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"slices"
 	"time"
+
+	"superego/flow"
 )
 
 // Replicas shares runs between engines on one database (SPEC §5). A run
@@ -30,9 +32,9 @@ type Replicas interface {
 
 // Dispatch is a run to write and queue.
 type Dispatch struct {
-	Instance   *Instance // a new instance, created with the run; nil for an existing one
+	Instance   *flow.Instance // a new instance, created with the run; nil for an existing one
 	InstanceID string
-	Opening    []Event // numbered
+	Opening    []flow.Event // numbered
 	Here       bool
 }
 
@@ -52,43 +54,43 @@ type Claim struct {
 // together; run here when this engine has room, else by the first replica
 // that has. watch, where set, sees the run's events on this goroutine, as
 // Run's caller wants; otherwise a subscription does.
-func (e *Engine) dispatch(ctx context.Context, req *Request, review *Review, watch func(Event)) (*Subscription, error) {
+func (e *Engine) dispatch(ctx context.Context, req *Request, review *flow.Review, watch func(flow.Event)) (*Subscription, error) {
 	f := e.Flows[req.FlowID]
 	if f == nil {
-		return nil, fmt.Errorf("flow %q: %w", req.FlowID, ErrNotFound)
+		return nil, fmt.Errorf("flow %q: %w", req.FlowID, flow.ErrNotFound)
 	}
 	turn, err := e.turn(ctx, f, req.Options)
 	if err != nil {
 		return nil, err
 	}
 	d := Dispatch{InstanceID: req.InstanceID}
-	var st State
+	var st flow.State
 	if d.InstanceID == "" {
-		d.InstanceID = NewID()
-		d.Instance = &Instance{ID: d.InstanceID, FlowID: req.FlowID, CreatedAt: time.Now().UTC(), Tags: req.Options.Tags}
+		d.InstanceID = flow.NewID()
+		d.Instance = &flow.Instance{ID: d.InstanceID, FlowID: req.FlowID, CreatedAt: time.Now().UTC(), Tags: req.Options.Tags}
 	} else {
 		inst, err := e.Store.Get(ctx, d.InstanceID)
 		if err != nil {
 			return nil, err
 		}
 		if inst.FlowID != req.FlowID {
-			return nil, fmt.Errorf("instance %s runs flow %q, not %q: %w", d.InstanceID, inst.FlowID, req.FlowID, ErrInvalid)
+			return nil, fmt.Errorf("instance %s runs flow %q, not %q: %w", d.InstanceID, inst.FlowID, req.FlowID, flow.ErrInvalid)
 		}
 		events, err := e.Store.Events(ctx, d.InstanceID, 0)
 		if err != nil {
 			return nil, fmt.Errorf("start run on instance %s: %w", d.InstanceID, err)
 		}
-		st = Replay(events)
+		st = flow.Replay(events)
 	}
-	if st.Status == StatusRunning {
-		return nil, fmt.Errorf("instance %s: %w", d.InstanceID, ErrBusy)
+	if st.Status == flow.StatusRunning {
+		return nil, fmt.Errorf("instance %s: %w", d.InstanceID, flow.ErrBusy)
 	}
 	if err := e.goOn(ctx, &turn, d.InstanceID, st, *req, review); err != nil {
 		return nil, err
 	}
 	for i, s := range req.Prior {
-		if s.Role != RoleUser && s.Role != RoleAssistant || d.Instance == nil {
-			return nil, fmt.Errorf("prior message %d: a new instance's messages are user or assistant ones: %w", i, ErrInvalid)
+		if s.Role != flow.RoleUser && s.Role != flow.RoleAssistant || d.Instance == nil {
+			return nil, fmt.Errorf("prior message %d: a new instance's messages are user or assistant ones: %w", i, flow.ErrInvalid)
 		}
 	}
 	d.Opening = e.Exec.Opening(turn)
@@ -101,7 +103,7 @@ func (e *Engine) dispatch(ctx context.Context, req *Request, review *Review, wat
 	switch err := e.reserve(d.InstanceID, run); {
 	case err == nil:
 		d.Here = true
-	case err == ErrClosed:
+	case err == flow.ErrClosed:
 		return nil, err
 	}
 	claim, err := e.Replicas.Dispatch(ctx, d)
@@ -115,7 +117,7 @@ func (e *Engine) dispatch(ctx context.Context, req *Request, review *Review, wat
 	// The run goes on from its opening, which is in the log now.
 	turn.Steps = slices.Clip(st.Steps)
 	for _, ev := range d.Opening {
-		if s, ok := ev.Data.(Step); ok {
+		if s, ok := ev.Data.(flow.Step); ok {
 			turn.Steps = append(turn.Steps, s)
 		}
 	}
@@ -164,8 +166,8 @@ func (e *Engine) Take(ctx context.Context, instance string, claim *Claim) error 
 	if err != nil {
 		return err
 	}
-	st := Replay(events)
-	if st.Status != StatusRunning {
+	st := flow.Replay(events)
+	if st.Status != flow.StatusRunning {
 		claim.Release(true) // over already
 		return nil
 	}
@@ -184,11 +186,11 @@ func (e *Engine) Take(ctx context.Context, instance string, claim *Claim) error 
 		if err != nil {
 			reason = err.Error()
 		}
-		turn = Turn{FlowID: inst.FlowID, InstanceID: instance, RunID: NewID(), Def: &Definition{}, Steps: st.Steps}
+		turn = Turn{FlowID: inst.FlowID, InstanceID: instance, RunID: flow.NewID(), Def: &flow.Definition{}, Steps: st.Steps}
 		go e.failRun(run, turn, claim, reason)
 		return nil
 	}
-	turn.InstanceID, turn.RunID, turn.Steps, turn.Held, turn.Resume, turn.Opened, turn.Unfinished = instance, NewID(), st.Steps, held, true, !claim.Resumed, st.Unfinished
+	turn.InstanceID, turn.RunID, turn.Steps, turn.Held, turn.Resume, turn.Opened, turn.Unfinished = instance, flow.NewID(), st.Steps, held, true, !claim.Resumed, st.Unfinished
 	go e.run(run, &turn, claim)
 	e.runLog(&turn).Info("took over a run", "resumed", claim.Resumed)
 	return nil
@@ -203,8 +205,8 @@ func (e *Engine) failRun(run *liveRun, turn Turn, claim *Claim, reason string) {
 	defer claim.Release(true)
 	info := RunInfo{FlowID: turn.FlowID, InstanceID: turn.InstanceID, RunID: turn.RunID, Resumed: true}
 	ctx := e.Exec.Observe.runStarted(context.Background(), info)
-	defer e.Exec.Observe.runEnded(ctx, info, Outcome{Status: StatusFailed, Err: errors.New(reason)})
-	end := []Event{{Name: EventError, Data: ErrorData{Code: "internal", Message: reason}}, {Name: EventDone, Data: Done{InstanceID: turn.InstanceID, Status: StatusFailed, Usage: &RunUsage{}}}}
+	defer e.Exec.Observe.runEnded(ctx, info, Outcome{Status: flow.StatusFailed, Err: errors.New(reason)})
+	end := []flow.Event{{Name: flow.EventError, Data: flow.ErrorData{Code: "internal", Message: reason}}, {Name: flow.EventDone, Data: flow.Done{InstanceID: turn.InstanceID, Status: flow.StatusFailed, Usage: &flow.RunUsage{}}}}
 	if err := e.publish(turn.InstanceID, run, end, true); err != nil {
 		e.runLog(&turn).Error("run's end not recorded", "err", err)
 	}
@@ -214,7 +216,7 @@ func (e *Engine) failRun(run *liveRun, turn Turn, claim *Claim, reason string) {
 // follow is a subscription to a run that runs on another replica: backlog,
 // then the log as it grows, until the done of the run that started at
 // event start.
-func (e *Engine) follow(id string, after int64, backlog []Event, start int64) *Subscription {
+func (e *Engine) follow(id string, after int64, backlog []flow.Event, start int64) *Subscription {
 	wake, stop := e.Replicas.Watch(id)
 	r := &remote{store: e.Store, id: id, wake: wake, after: after, start: start}
 	for _, ev := range backlog {
@@ -225,7 +227,7 @@ func (e *Engine) follow(id string, after int64, backlog []Event, start int64) *S
 
 // remote reads the log of a run that runs elsewhere.
 type remote struct {
-	store Store
+	store flow.Store
 	id    string
 	wake  <-chan struct{}
 	after int64 // the last event read
@@ -233,19 +235,19 @@ type remote struct {
 	ended bool
 }
 
-func (r *remote) saw(ev Event) {
+func (r *remote) saw(ev flow.Event) {
 	r.after = ev.ID
 	switch {
-	case ev.Name == EventRunStart && ev.ID > r.start:
+	case ev.Name == flow.EventRunStart && ev.ID > r.start:
 		r.start = ev.ID
-	case ev.Name == EventDone && ev.ID > r.start:
+	case ev.Name == flow.EventDone && ev.ID > r.start:
 		r.ended = true
 	}
 }
 
 // events yields the log's events after those read, whenever the log
 // grows, until the run's done.
-func (r *remote) events(ctx context.Context, yield func(Event) bool) {
+func (r *remote) events(ctx context.Context, yield func(flow.Event) bool) {
 	for !r.ended {
 		events, err := r.store.Events(ctx, r.id, r.after)
 		if err != nil {

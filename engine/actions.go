@@ -1,4 +1,4 @@
-package flow
+package engine
 
 import (
 	"context"
@@ -9,16 +9,8 @@ import (
 	"strings"
 	"sync"
 	"time"
-)
 
-// Client is the tool an inner agent lists to be offered a request's own
-// function tools (SPEC §4a).
-const Client = "client"
-
-// Kinds of a judgement of an action (SPEC §3c).
-const (
-	KindCall   = "call"
-	KindResult = "result"
+	"superego/flow"
 )
 
 // Messages a model gets as a call's result where the call did not run as
@@ -59,11 +51,11 @@ type Result struct {
 // Action is a tool call, or its result, put to a judge (SPEC §3c).
 type Action struct {
 	Kind        string
-	Agent       string  // the agent whose call it is
-	Call        ToolUse // for a result, with the result in Output or Error
-	Description string  // the tool's, as its server gave it: untrusted
-	Others      []ToolUse
-	Earlier     []ToolUse // the instance's earlier judged calls, with their results as the agent saw them
+	Agent       string       // the agent whose call it is
+	Call        flow.ToolUse // for a result, with the result in Output or Error
+	Description string       // the tool's, as its server gave it: untrusted
+	Others      []flow.ToolUse
+	Earlier     []flow.ToolUse // the instance's earlier judged calls, with their results as the agent saw them
 }
 
 // Calls decides, records and runs the tool calls of one reply of a node's
@@ -77,42 +69,42 @@ type Action struct {
 //
 // An agent that is given no Calls makes its own with Ungated.
 type Calls struct {
-	node   *Node
+	node   *flow.Node
 	task   *Task
 	flowID string
-	ctx    context.Context // the iteration's: judgements stop with it
-	out    func(Event)     // the node's events, emitted or held as its turn is
+	ctx    context.Context  // the iteration's: judgements stop with it
+	out    func(flow.Event) // the node's events, emitted or held as its turn is
 	// record appends a judgement's step, numbered; sync waits until every
 	// event out and record have sent is durable (nil: nothing to wait for).
-	record func(Step) (Step, error)
+	record func(flow.Step) (flow.Step, error)
 	sync   func() error
 	act    func(ctx context.Context, t *Task) (Reply, error)
 	obs    *Observer
-	stack  []Layer // the run's, for the judges that take it (SPEC §10)
+	stack  []flow.Layer // the run's, for the judges that take it (SPEC §10)
 
-	toolJudge, resultJudge *Node
-	earlier                []ToolUse
+	toolJudge, resultJudge *flow.Node
+	earlier                []flow.ToolUse
 
 	mu    sync.Mutex
 	calls []*call
-	lost  Usage // tokens of judgements whose call changed before its verdict
+	lost  flow.Usage // tokens of judgements whose call changed before its verdict
 	// forgetting are the judgements of replaced or dropped calls still
 	// going: spent waits for them, so that none outlives its iteration
 	// and their tokens are counted.
 	forgetting sync.WaitGroup
-	ended      *Step // a judge's BLOCK that ends the run
+	ended      *flow.Step // a judge's BLOCK that ends the run
 }
 
 // call is one proposed call and how it was decided.
 type call struct {
-	use  ToolUse
+	use  flow.ToolUse
 	info ToolInfo
 	run  Run
 	// preset: decided already, by a person's review, or refused because
 	// its arguments do not decode
 	preset bool
 
-	ruling  Ruling
+	ruling  flow.Ruling
 	decided chan struct{} // closed once the verdict is in
 	verdict *verdict      // the judge's, where one judged, until its step is recorded
 	judged  bool          // a judge decided it
@@ -120,7 +112,7 @@ type call struct {
 
 // verdict is a judge's judgement of a call or a result.
 type verdict struct {
-	judge *Node
+	judge *flow.Node
 	kind  string
 	input string // the call or result as it was judged, for the step
 	reply Reply
@@ -128,14 +120,14 @@ type verdict struct {
 	start time.Time
 	at    time.Time // when it ended: steps are recorded in that order
 
-	stack []Layer // the stack it was judged under (SPEC §10)
+	stack []flow.Layer // the stack it was judged under (SPEC §10)
 }
 
 // Ungated makes Calls that let every call run, with no rule, no judge and
 // no record: for nodes that judge rather than act (a superego's own tools,
 // a chunk's judge) and for an agent run on its own. emit gets its events.
-func Ungated(emit func(Event)) *Calls {
-	return &Calls{node: &Node{}, task: &Task{}, ctx: context.Background(), out: emit}
+func Ungated(emit func(flow.Event)) *Calls {
+	return &Calls{node: &flow.Node{}, task: &Task{}, ctx: context.Background(), out: emit}
 }
 
 // Run runs an accepted call with input, its arguments as the call's
@@ -148,8 +140,8 @@ type Run func(ctx context.Context, input json.RawMessage) Result
 // from those proposed before replaces it. A call whose arguments do not
 // decode, or that info's parameters do not accept, never runs: the model
 // reads why.
-func (c *Calls) Propose(i int, use ToolUse, info ToolInfo, run Run) {
-	input, args, invalid := decodeArguments(use.Input, info.Parameters)
+func (c *Calls) Propose(i int, use flow.ToolUse, info ToolInfo, run Run) {
+	input, args, invalid := flow.DecodeArguments(use.Input, info.Parameters)
 	if invalid == nil {
 		use.Input = input
 	} else if !json.Valid(use.Input) {
@@ -178,7 +170,7 @@ func (c *Calls) Propose(i int, use ToolUse, info ToolInfo, run Run) {
 		close(k.decided)
 		return
 	}
-	k.ruling = c.node.Permissions.decide(use.ToolName, args)
+	k.ruling = c.node.Permissions.Decide(use.ToolName, args)
 	if k.ruling.Effect != "" {
 		c.obs.ruled(c.flowID, k.ruling.Effect)
 	}
@@ -186,13 +178,13 @@ func (c *Calls) Propose(i int, use ToolUse, info ToolInfo, run Run) {
 		close(k.decided)
 		return
 	}
-	others := make([]ToolUse, 0, len(c.calls))
+	others := make([]flow.ToolUse, 0, len(c.calls))
 	for _, o := range c.calls {
 		if o != nil && o != k {
 			others = append(others, o.use)
 		}
 	}
-	a := &Action{Kind: KindCall, Agent: c.node.AgentID, Call: use, Description: info.Description, Others: others, Earlier: c.earlier}
+	a := &Action{Kind: flow.KindCall, Agent: c.node.AgentID, Call: use, Description: info.Description, Others: others, Earlier: c.earlier}
 	go func() {
 		k.verdict = c.judge(c.toolJudge, a)
 		close(k.decided)
@@ -200,7 +192,7 @@ func (c *Calls) Propose(i int, use ToolUse, info ToolInfo, run Run) {
 }
 
 // approved is the person's answer to a call that waited for review.
-func (c *Calls) approved(id string) *ToolUse {
+func (c *Calls) approved(id string) *flow.ToolUse {
 	for i := range c.task.Approved {
 		if id != "" && c.task.Approved[i].ID == id {
 			return &c.task.Approved[i]
@@ -223,7 +215,7 @@ func (c *Calls) forget(k *call) {
 // spent are the tokens of judgements made for calls the model changed or
 // dropped before its reply ended, once those judgements have ended. It is
 // read once the agent's call has returned, when no call is proposed.
-func (c *Calls) spent() Usage {
+func (c *Calls) spent() flow.Usage {
 	c.forgetting.Wait()
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -233,14 +225,14 @@ func (c *Calls) spent() Usage {
 // judgeDecisions are what a judge of an action may decide: a result is
 // accepted or blocked, as no person is asked about one.
 func judgeDecisions(kind string) []string {
-	if kind == KindResult {
-		return []string{Accept, Block}
+	if kind == flow.KindResult {
+		return []string{flow.Accept, flow.Block}
 	}
-	return []string{Accept, Block, HumanReview}
+	return []string{flow.Accept, flow.Block, flow.HumanReview}
 }
 
 // judge asks a judge node about an action. It runs on its own goroutine.
-func (c *Calls) judge(judge *Node, a *Action) (v *verdict) {
+func (c *Calls) judge(judge *flow.Node, a *Action) (v *verdict) {
 	v = &verdict{judge: judge, kind: a.Kind, input: a.text(), stack: stackFor(judge, c.stack), start: time.Now()}
 	t := &Task{FlowID: c.flowID, InstanceID: c.task.InstanceID, Cache: c.task.Cache, Tags: c.task.Tags, Node: judge, History: c.task.History,
 		UserMessage: c.task.UserMessage, Input: v.input, InputFrom: c.node.AgentID, Decisions: judgeDecisions(a.Kind), Action: a, Stack: v.stack}
@@ -260,7 +252,7 @@ func (c *Calls) judge(judge *Node, a *Action) (v *verdict) {
 // text is the action as a judgement step's input records it.
 func (a *Action) text() string {
 	s := a.Call.ToolName + " " + string(a.Call.Input)
-	if a.Kind == KindResult {
+	if a.Kind == flow.KindResult {
 		s += "\n→ " + a.Call.ResultText()
 	}
 	return s
@@ -272,7 +264,7 @@ var errJudgeEnded = errors.New("a judge ended the run")
 
 // Finish decides and runs the reply's first n calls, in order, and returns
 // them as the step records them. ctx is the agent's.
-func (c *Calls) Finish(ctx context.Context, n int) ([]ToolUse, error) {
+func (c *Calls) Finish(ctx context.Context, n int) ([]flow.ToolUse, error) {
 	c.mu.Lock()
 	calls := slices.Clone(c.calls[:min(n, len(c.calls))])
 	for _, k := range c.calls[len(calls):] {
@@ -283,7 +275,7 @@ func (c *Calls) Finish(ctx context.Context, n int) ([]ToolUse, error) {
 	c.mu.Unlock()
 	for _, k := range calls {
 		if k == nil {
-			return nil, fmt.Errorf("%w: a tool call was never proposed", ErrModelOutput)
+			return nil, fmt.Errorf("%w: a tool call was never proposed", flow.ErrModelOutput)
 		}
 		select {
 		case <-k.decided:
@@ -299,7 +291,7 @@ func (c *Calls) Finish(ctx context.Context, n int) ([]ToolUse, error) {
 			return nil, err
 		}
 	}
-	uses := make([]ToolUse, len(calls))
+	uses := make([]flow.ToolUse, len(calls))
 	var results []*call
 	sent := 0    // calls that go to the client
 	ran := false // a call ran here
@@ -318,7 +310,7 @@ func (c *Calls) Finish(ctx context.Context, n int) ([]ToolUse, error) {
 		}
 		if k.use.Refused || k.use.Awaiting {
 			if k.use.Refused {
-				c.out(Event{Name: EventToolCall, Data: ToolCall{Node: c.node.Name, ToolName: k.use.ToolName, Input: k.use.Input, ToolCallID: k.use.ID}})
+				c.out(flow.Event{Name: flow.EventToolCall, Data: flow.ToolCall{Node: c.node.Name, ToolName: k.use.ToolName, Input: k.use.Input, ToolCallID: k.use.ID}})
 				c.out(resultEvent(c.node.Name, k.use))
 			}
 			uses[i] = k.use
@@ -330,7 +322,7 @@ func (c *Calls) Finish(ctx context.Context, n int) ([]ToolUse, error) {
 					return nil, err // a speculative turn whose judge did not accept: nothing ran
 				}
 			}
-			c.out(Event{Name: EventToolCall, Data: ToolCall{Node: c.node.Name, ToolName: k.use.ToolName, Input: k.use.Input, ToolCallID: k.use.ID}})
+			c.out(flow.Event{Name: flow.EventToolCall, Data: flow.ToolCall{Node: c.node.Name, ToolName: k.use.ToolName, Input: k.use.Input, ToolCallID: k.use.ID}})
 			if !k.info.ReadOnly && c.sync != nil {
 				// At most once: the call is on record as started before it
 				// runs, so that a run resumed after a crash does not run it again.
@@ -345,9 +337,9 @@ func (c *Calls) Finish(ctx context.Context, n int) ([]ToolUse, error) {
 			ran = true
 			k.use.Output, k.use.Error, k.use.Proposed = r.Output, r.Error, r.Proposed
 		}
-		if c.resultJudge != nil && (!k.info.ClosedWorld || c.node.judgesResults(k.use.ToolName)) {
+		if c.resultJudge != nil && (!k.info.ClosedWorld || judgesResults(c.node, k.use.ToolName)) {
 			k.decided = make(chan struct{})
-			a := &Action{Kind: KindResult, Agent: c.node.AgentID, Call: k.use, Description: k.info.Description, Earlier: c.earlier}
+			a := &Action{Kind: flow.KindResult, Agent: c.node.AgentID, Call: k.use, Description: k.info.Description, Earlier: c.earlier}
 			go func() {
 				k.verdict = c.judge(c.resultJudge, a)
 				close(k.decided)
@@ -394,7 +386,7 @@ func (c *Calls) durable(ran bool) error {
 func runCall(ctx context.Context, k *call) (r Result, err error) {
 	defer func() {
 		if p := recover(); p != nil {
-			err = fmt.Errorf("%w: %s panicked: %v", ErrToolFailed, k.use.ToolName, p)
+			err = fmt.Errorf("%w: %s panicked: %v", flow.ErrToolFailed, k.use.ToolName, p)
 		}
 	}()
 	return k.run(ctx, k.use.Input), nil
@@ -408,18 +400,18 @@ func (c *Calls) rule(k *call) {
 	}
 	effect, by := k.ruling.Effect, k.ruling.Rule
 	if effect == "" {
-		effect = EffectAllow
+		effect = flow.EffectAllow
 		if p := c.node.Permissions; p != nil && p.Default != "" {
 			effect, by = p.Default, "default: "+p.Default
 		}
 	}
 	if by != "" {
-		k.use.JudgedBy = &JudgedBy{Rule: by}
+		k.use.JudgedBy = &flow.JudgedBy{Rule: by}
 	}
 	switch effect {
-	case EffectDeny:
+	case flow.EffectDeny:
 		k.use.Refused, k.use.Output = true, "refused by rule "+by
-	case EffectAsk:
+	case flow.EffectAsk:
 		k.use.Awaiting = true
 	}
 }
@@ -430,8 +422,8 @@ func (c *Calls) settle(k *call) error {
 	v := k.verdict
 	k.verdict, k.judged = nil, true
 	s, decision := c.judgement(c.node, k.use, v)
-	if decision == Block {
-		if target, ok := v.judge.Transitions[Block]; ok && target == nil {
+	if decision == flow.Block {
+		if target, ok := v.judge.Transitions[flow.Block]; ok && target == nil {
 			s.NextAgent = nil
 			c.ended = &s
 			return errJudgeEnded
@@ -441,17 +433,17 @@ func (c *Calls) settle(k *call) error {
 	if err != nil {
 		return err
 	}
-	by := &JudgedBy{Node: v.judge.Name, StepID: s.StepID, Decision: decision}
+	by := &flow.JudgedBy{Node: v.judge.Name, StepID: s.StepID, Decision: decision}
 	switch {
-	case v.kind == KindResult && decision != Accept:
+	case v.kind == flow.KindResult && decision != flow.Accept:
 		k.use.WithheldOutput = k.use.ResultText()
 		k.use.Output, k.use.Error = "withheld by "+v.judge.Name+": "+s.Response, ""
 		k.use.ResultJudgedBy = by
-	case v.kind == KindResult:
+	case v.kind == flow.KindResult:
 		k.use.ResultJudgedBy = by
-	case decision == Accept:
+	case decision == flow.Accept:
 		k.use.JudgedBy = by
-	case decision == HumanReview:
+	case decision == flow.HumanReview:
 		k.use.JudgedBy, k.use.Awaiting = by, true
 	default:
 		k.use.JudgedBy, k.use.Refused, k.use.Output = by, true, "refused by "+v.judge.Name+": "+s.Response
@@ -460,7 +452,7 @@ func (c *Calls) settle(k *call) error {
 }
 
 // judgement is the judge's step of a verdict, and its decision, observed.
-func (c *Calls) judgement(agent *Node, use ToolUse, v *verdict) (Step, string) {
+func (c *Calls) judgement(agent *flow.Node, use flow.ToolUse, v *verdict) (flow.Step, string) {
 	s, decision := judgementStep(agent, use, v)
 	c.obs.judged(c.flowID, v.judge.Name, v.kind, decision, v.at.Sub(v.start))
 	return s, decision
@@ -469,9 +461,9 @@ func (c *Calls) judgement(agent *Node, use ToolUse, v *verdict) (Step, string) {
 // judgementStep is the judge's step of a verdict, and the decision it
 // stands for: a judge whose model failed, or that answered none of its
 // decisions, refuses (or, with on_error "allow", accepts), and says why.
-func judgementStep(agent *Node, use ToolUse, v *verdict) (Step, string) {
-	s := Step{AgentID: v.judge.AgentID, Node: v.judge.Name, Role: RoleAssistant, Input: v.input, Constitution: v.judge.Constitution,
-		Judged: &Judged{Node: agent.Name, ToolCallID: use.ID, ToolName: use.ToolName, Kind: v.kind}}
+func judgementStep(agent *flow.Node, use flow.ToolUse, v *verdict) (flow.Step, string) {
+	s := flow.Step{AgentID: v.judge.AgentID, Node: v.judge.Name, Role: flow.RoleAssistant, Input: v.input, Constitution: v.judge.Constitution,
+		Judged: &flow.Judged{Node: agent.Name, ToolCallID: use.ID, ToolName: use.ToolName, Kind: v.kind}}
 	next := agent.Name
 	s.NextAgent = &next
 	r := v.reply
@@ -482,19 +474,15 @@ func judgementStep(agent *Node, use ToolUse, v *verdict) (Step, string) {
 	d := strings.ToUpper(strings.TrimSpace(r.Decision))
 	switch {
 	case v.err != nil && v.judge.OnError == "allow":
-		d, s.Fallback = Accept, fmt.Sprintf("the model failed (%v); on_error %q decided ACCEPT", v.err, "allow")
+		d, s.Fallback = flow.Accept, fmt.Sprintf("the model failed (%v); on_error %q decided ACCEPT", v.err, "allow")
 	case v.err != nil:
-		d, s.Fallback = Block, fmt.Sprintf("the model failed (%v); the %s is refused", v.err, v.kind)
+		d, s.Fallback = flow.Block, fmt.Sprintf("the model failed (%v); the %s is refused", v.err, v.kind)
 		s.Response = "the judge could not decide"
 	case !slices.Contains(allowed, d):
-		why := "the reply had no decision"
-		if d != "" {
-			why = fmt.Sprintf("%q is not one of %s", truncate(d, 40), strings.Join(allowed, ", "))
-		}
-		d, s.Fallback = Block, why+"; the "+v.kind+" is refused"
+		d, s.Fallback = flow.Block, flow.NoDecision(d, allowed)+"; the "+v.kind+" is refused"
 	}
 	s.Decision = d
-	if v.kind == KindResult && d != Accept {
+	if v.kind == flow.KindResult && d != flow.Accept {
 		// A result kept from the model is kept from clients too: its
 		// step shows the call; the result stays hidden (withheld_output).
 		s.Input, _, _ = strings.Cut(s.Input, "\n→ ")
@@ -502,18 +490,18 @@ func judgementStep(agent *Node, use ToolUse, v *verdict) (Step, string) {
 	return s, d
 }
 
-func resultEvent(node string, u ToolUse) Event {
+func resultEvent(node string, u flow.ToolUse) flow.Event {
 	by := u.JudgedBy
 	if u.ResultJudgedBy != nil {
 		by = u.ResultJudgedBy
 	}
-	return Event{Name: EventToolResult, Data: ToolResult{Node: node, ToolName: u.ToolName, Output: u.Output, Error: u.Error,
+	return flow.Event{Name: flow.EventToolResult, Data: flow.ToolResult{Node: node, ToolName: u.ToolName, Output: u.Output, Error: u.Error,
 		ToolCallID: u.ID, JudgedBy: by, Refused: u.Refused}}
 }
 
 // judgesResults reports whether the node has the results of calls to tool
 // judged, whatever the tool says of itself.
-func (n *Node) judgesResults(tool string) bool {
+func judgesResults(n *flow.Node, tool string) bool {
 	return slices.ContainsFunc(n.JudgeResults, func(p string) bool { return ToolMatches(p, tool) })
 }
 
@@ -524,75 +512,32 @@ func ToolMatches(pattern, tool string) bool {
 	return pattern == tool || star && strings.HasPrefix(tool, prefix)
 }
 
-// Unfinished are the tool calls of a node's iteration that began and has
-// no step yet, as its events have them: a run interrupted there resumes by
-// recording the iteration's step, each call that began with its result if
-// it has one, and otherwise Interrupted. None of them runs again (SPEC
-// §3c: at most once).
-type Unfinished struct {
-	Node  string
-	Calls []ToolUse
-	ended []bool // Calls[i] has its result
-}
-
-// see follows an instance's events: tool calls begin an iteration's list,
-// their results fill it, and the node's step, or a run's start or end,
-// closes it.
-func (u *Unfinished) see(ev Event) {
-	switch d := ev.Data.(type) {
-	case ToolCall:
-		if d.Node != u.Node {
-			*u = Unfinished{Node: d.Node}
-		}
-		u.Calls = append(u.Calls, ToolUse{ID: d.ToolCallID, ToolName: d.ToolName, Input: d.Input})
-		u.ended = append(u.ended, false)
-	case ToolResult:
-		for i := range u.Calls {
-			if c := &u.Calls[i]; !u.ended[i] && c.ID == d.ToolCallID && c.ToolName == d.ToolName {
-				c.Output, c.Error, c.Refused, u.ended[i] = d.Output, d.Error, d.Refused, true
-				if d.Refused {
-					c.JudgedBy = d.JudgedBy
-				} else {
-					c.ResultJudgedBy = d.JudgedBy
-				}
-				break
-			}
-		}
-	case Step:
-		if d.Node == u.Node && d.Judged == nil {
-			*u = Unfinished{}
-		}
-	case RunStart, Done:
-		*u = Unfinished{}
-	}
-}
-
 // finishInterrupted records the step of the iteration a crash cut short
 // between its calls and its step, and counts it.
 func (r *runner) finishInterrupted() error {
 	u := r.unfinished
-	r.unfinished = Unfinished{}
+	r.unfinished = flow.Unfinished{}
 	node := r.t.Def.Graph.Nodes[u.Node]
 	if len(u.Calls) == 0 || node == nil {
 		return nil
 	}
 	for i := range u.Calls {
-		if !u.ended[i] {
+		if !u.Ended[i] {
 			u.Calls[i].Output = Interrupted
 		}
 	}
-	s := Step{AgentID: node.AgentID, Node: node.Name, Role: RoleAssistant, ToolUsage: u.Calls,
-		Decision: NeedsTool, Fallback: "the run was interrupted while its tool calls ran; none runs again"}
+	s := flow.Step{AgentID: node.AgentID, Node: node.Name, Role: flow.RoleAssistant, ToolUsage: u.Calls,
+		Decision: flow.NeedsTool, Fallback: "the run was interrupted while its tool calls ran; none runs again"}
 	if task := r.task(r.steps, nil, node); !task.fromWithheld {
 		s.Input = task.Input // and none of a draft the user was not shown
 	}
-	if node.Type == Superego {
+	if node.Type == flow.Superego {
 		s.Constitution = node.Constitution
 	} else {
 		s.SystemPrompt = node.SystemPrompt
 	}
 	next := node.Name
-	if t, ok := node.Target(NeedsTool); ok {
+	if t, ok := node.Target(flow.NeedsTool); ok {
 		next = t
 	}
 	s.NextAgent = &next
@@ -604,17 +549,17 @@ func (r *runner) finishInterrupted() error {
 // waiting is a tool call that waits for a person's review, and its node.
 type waiting struct {
 	node string
-	use  ToolUse
+	use  flow.ToolUse
 }
 
 // awaitingCalls are the turn's tool calls that wait for a person's review
 // and have no answer yet.
-func awaitingCalls(turn []Step) []waiting {
+func awaitingCalls(turn []flow.Step) []waiting {
 	var out []waiting
 	for i := range turn {
 		s := &turn[i]
 		for _, u := range s.ToolUsage {
-			if u.Awaiting && s.AgentID != Reviewer {
+			if u.Awaiting && s.AgentID != flow.Reviewer {
 				out = append(out, waiting{s.Node, u})
 			}
 		}
@@ -626,9 +571,9 @@ func awaitingCalls(turn []Step) []waiting {
 }
 
 // answerOf is the person's answer to the review id, if the turn has one.
-func answerOf(turn []Step, id string) *Step {
+func answerOf(turn []flow.Step, id string) *flow.Step {
 	for i := range turn {
-		if s := &turn[i]; s.AgentID == Reviewer && s.ReviewID == id {
+		if s := &turn[i]; s.AgentID == flow.Reviewer && s.ReviewID == id {
 			return s
 		}
 	}
@@ -637,11 +582,11 @@ func answerOf(turn []Step, id string) *Step {
 
 // reviewed are node's calls that waited for review, now all answered, and
 // not yet run or refused: as the answers decided them.
-func reviewed(turn []Step, node string) []ToolUse {
-	var out []ToolUse
+func reviewed(turn []flow.Step, node string) []flow.ToolUse {
+	var out []flow.ToolUse
 	done := map[string]bool{}
 	for _, s := range turn {
-		if s.Node != node || s.AgentID == Reviewer {
+		if s.Node != node || s.AgentID == flow.Reviewer {
 			continue
 		}
 		for _, u := range s.ToolUsage {
@@ -654,14 +599,14 @@ func reviewed(turn []Step, node string) []ToolUse {
 				return nil // it still waits: nothing runs before every answer is in
 			}
 			u.Awaiting, u.Output = false, ""
-			u.JudgedBy = &JudgedBy{Node: Reviewer, StepID: a.StepID, Decision: a.Decision}
-			if a.Decision == Rejected {
-				u.Refused, u.Output = true, "refused by "+Reviewer+": "+a.Response
+			u.JudgedBy = &flow.JudgedBy{Node: flow.Reviewer, StepID: a.StepID, Decision: a.Decision}
+			if a.Decision == flow.Rejected {
+				u.Refused, u.Output = true, "refused by "+flow.Reviewer+": "+a.Response
 			}
 			out = append(out, u)
 		}
 	}
-	return slices.DeleteFunc(out, func(u ToolUse) bool { return done[u.ID] })
+	return slices.DeleteFunc(out, func(u flow.ToolUse) bool { return done[u.ID] })
 }
 
 // PendingReview is a review an instance waits for (SPEC §3c).
@@ -676,7 +621,7 @@ type PendingReview struct {
 // Reviews are the reviews an instance whose log has steps waits for: its
 // last turn's tool calls that wait, the changes a supervisor proposed, or
 // its HUMAN_REVIEW, none answered yet.
-func Reviews(steps []Step) []PendingReview {
+func Reviews(steps []flow.Step) []PendingReview {
 	i := lastUserStep(steps)
 	if i < 0 {
 		return nil
@@ -693,11 +638,11 @@ func Reviews(steps []Step) []PendingReview {
 	switch {
 	case awaitsReview(turn):
 		for j := len(turn) - 1; j >= 0; j-- {
-			if slices.ContainsFunc(turn[j].ToolUsage, func(u ToolUse) bool { return u.Proposed && u.Error == "" }) {
+			if slices.ContainsFunc(turn[j].ToolUsage, func(u flow.ToolUse) bool { return u.Proposed && u.Error == "" }) {
 				return []PendingReview{{ReviewID: turn[j].StepID, Kind: "changes", Node: turn[j].Node}}
 			}
 		}
-	case last.Decision == HumanReview && last.Judged == nil && last.AgentID != Reviewer:
+	case last.Decision == flow.HumanReview && last.Judged == nil && last.AgentID != flow.Reviewer:
 		return []PendingReview{{ReviewID: last.StepID, Kind: "decision", Node: last.Node}}
 	}
 	return nil
@@ -705,7 +650,7 @@ func Reviews(steps []Step) []PendingReview {
 
 // waitingResults are the turn's calls sent to the client whose results
 // have not come back.
-func waitingResults(turn []Step) []waiting {
+func waitingResults(turn []flow.Step) []waiting {
 	var out []waiting
 	for j := range turn {
 		s := &turn[j]
@@ -720,9 +665,9 @@ func waitingResults(turn []Step) []waiting {
 
 // settledLater reports whether a later step records the call as run,
 // refused or answered.
-func settledLater(later []Step, id string) bool {
+func settledLater(later []flow.Step, id string) bool {
 	for i := range later {
-		if slices.ContainsFunc(usageOf(&later[i]), func(u ToolUse) bool { return u.ID == id && !u.AwaitingResult }) {
+		if slices.ContainsFunc(usageOf(&later[i]), func(u flow.ToolUse) bool { return u.ID == id && !u.AwaitingResult }) {
 			return true
 		}
 	}
@@ -732,7 +677,7 @@ func settledLater(later []Step, id string) bool {
 // usageOf is a step's tool usage as the agent made it: a step withheld when
 // its turn paused for the client (§4a) shows only the calls sent to the
 // client, and keeps the results that came back, and the refusals, apart.
-func usageOf(s *Step) []ToolUse {
+func usageOf(s *flow.Step) []flow.ToolUse {
 	if s.Withheld != "" {
 		return s.WithheldToolUsage
 	}
@@ -742,10 +687,10 @@ func usageOf(s *Step) []ToolUse {
 // answered are node's calls sent to the client, with the results the
 // client gave, as the agent's next iteration records them: judged by their
 // result judge first.
-func answered(turn []Step, node string, results []ClientResult) []ToolUse {
-	var out []ToolUse
+func answered(turn []flow.Step, node string, results []flow.ClientResult) []flow.ToolUse {
+	var out []flow.ToolUse
 	for _, w := range waitingResults(turn) {
-		i := slices.IndexFunc(results, func(c ClientResult) bool { return c.ToolCallID == w.use.ID })
+		i := slices.IndexFunc(results, func(c flow.ClientResult) bool { return c.ToolCallID == w.use.ID })
 		if w.node != node || i < 0 {
 			continue
 		}
@@ -758,13 +703,13 @@ func answered(turn []Step, node string, results []ClientResult) []ToolUse {
 
 // notRun is the step that answers the calls a turn's client never
 // answered, each "not run: " and why.
-func (r *runner) notRun(turn []Step, why string) (Step, bool) {
+func (r *runner) notRun(turn []flow.Step, why string) (flow.Step, bool) {
 	waiting := waitingResults(turn)
 	if len(waiting) == 0 {
-		return Step{}, false
+		return flow.Step{}, false
 	}
 	node := waiting[0].node
-	s := Step{AgentID: node, Node: node, Role: RoleAssistant, Decision: NeedsTool, Fallback: "the client's results never came: " + why}
+	s := flow.Step{AgentID: node, Node: node, Role: flow.RoleAssistant, Decision: flow.NeedsTool, Fallback: "the client's results never came: " + why}
 	if n := r.t.Def.Graph.Nodes[node]; n != nil {
 		s.AgentID = n.AgentID
 	}
@@ -782,42 +727,20 @@ func (r *runner) notRun(turn []Step, why string) (Step, bool) {
 func (r *runner) abandon(reason string) Outcome {
 	if s, ok := r.notRun(r.steps[r.turn+1:], reason); ok {
 		if err := r.appendStep(&s, r.t.Def.Graph.Nodes[s.Node]); err != nil {
-			return Outcome{Status: StatusFailed, Err: err}
+			return Outcome{Status: flow.StatusFailed, Err: err}
 		}
 	}
-	return Outcome{Status: StatusCancelled}
+	return Outcome{Status: flow.StatusCancelled}
 }
 
 // WaitingCalls are the calls of an instance's last turn that its client was
 // sent and has not answered (SPEC §4a), given the instance's steps.
-func WaitingCalls(steps []Step) []ToolUse {
-	var out []ToolUse
+func WaitingCalls(steps []flow.Step) []flow.ToolUse {
+	var out []flow.ToolUse
 	for _, w := range waitingResults(steps[max(0, lastUserStep(steps)):]) {
 		out = append(out, w.use)
 	}
 	return out
-}
-
-// ClientAgent is the flow's inner agent that takes a client's tools, if it
-// has one.
-func (d *Definition) ClientAgent() *Node {
-	for _, n := range d.Graph.Nodes {
-		if n.Type == InnerAgent && slices.Contains(n.Tools, Client) {
-			return n
-		}
-	}
-	return nil
-}
-
-// Denies reports whether a deny rule refuses every call to tool, whatever
-// its arguments.
-func (n *Node) Denies(tool string) bool {
-	if n.Permissions == nil {
-		return false
-	}
-	return slices.ContainsFunc(n.Permissions.rules, func(r rule) bool {
-		return r.effect == EffectDeny && len(r.conds) == 0 && r.match(tool, nil)
-	})
 }
 
 // ToolDescriber is an Agent that says what it offers a task's node as a
@@ -831,12 +754,12 @@ type ToolDescriber interface {
 // rule or a person, or nothing (nil).
 type judgementOf struct {
 	kind string
-	by   *JudgedBy
+	by   *flow.JudgedBy
 }
 
 // judgementsOf are what decided a call and its result, the call's first.
-func judgementsOf(u ToolUse) [2]judgementOf {
-	return [2]judgementOf{{KindCall, u.JudgedBy}, {KindResult, u.ResultJudgedBy}}
+func judgementsOf(u flow.ToolUse) [2]judgementOf {
+	return [2]judgementOf{{flow.KindCall, u.JudgedBy}, {flow.KindResult, u.ResultJudgedBy}}
 }
 
 // rejudge makes again the judgements of actions the record made with rec,
@@ -849,15 +772,15 @@ func judgementsOf(u ToolUse) [2]judgementOf {
 // ones; changed where a judge asked again decides otherwise, and ended
 // where its decision, a BLOCK that leads nowhere, ends the run: the step
 // to end it with, not recorded yet.
-func (r *runner) rejudge(ctx context.Context, node *Node, rec Step) (step Step, changed bool, ended *Step, err error) {
+func (r *runner) rejudge(ctx context.Context, node *flow.Node, rec flow.Step) (step flow.Step, changed bool, ended *flow.Step, err error) {
 	task := r.task(r.steps, r.held, node)
-	send := func(e Event) error {
+	send := func(e flow.Event) error {
 		if node.Judged() {
 			return r.hold(e)
 		}
 		return r.emit(e)
 	}
-	c := r.calls(ctx, node, task, r.steps, func(Event) {}, r.recorder(send))
+	c := r.calls(ctx, node, task, r.steps, func(flow.Event) {}, r.recorder(send))
 	describer, _ := r.x.Agent.(ToolDescriber)
 	ids := r.replay.ids
 	for i, u := range rec.ToolUsage {
@@ -884,10 +807,10 @@ func (r *runner) rejudge(ctx context.Context, node *Node, rec Step) (step Step, 
 				info, _ := describer.ToolInfo(task, u.ToolName)
 				a.Description = info.Description
 			}
-			if j.kind == KindCall {
-				a.Call = ToolUse{ID: u.ID, ToolName: u.ToolName, Input: u.Input}
+			if j.kind == flow.KindCall {
+				a.Call = flow.ToolUse{ID: u.ID, ToolName: u.ToolName, Input: u.Input}
 				for _, o := range rec.ToolUsage[:i] {
-					a.Others = append(a.Others, ToolUse{ID: o.ID, ToolName: o.ToolName, Input: o.Input})
+					a.Others = append(a.Others, flow.ToolUse{ID: o.ID, ToolName: o.ToolName, Input: o.Input})
 				}
 			} else {
 				a.Call = u
@@ -900,7 +823,7 @@ func (r *runner) rejudge(ctx context.Context, node *Node, rec Step) (step Step, 
 				return rec, false, nil, ctx.Err()
 			}
 			s, d := c.judgement(node, u, v)
-			if target, ok := judge.Transitions[Block]; d == Block && ok && target == nil {
+			if target, ok := judge.Transitions[flow.Block]; d == flow.Block && ok && target == nil {
 				s.NextAgent = nil
 				return rec, true, &s, nil
 			}
@@ -916,7 +839,7 @@ func (r *runner) rejudge(ctx context.Context, node *Node, rec Step) (step Step, 
 	// The step's calls name the judgements made here, or taken before.
 	rec.ToolUsage = slices.Clone(rec.ToolUsage)
 	for i, u := range rec.ToolUsage {
-		for _, by := range []**JudgedBy{&u.JudgedBy, &u.ResultJudgedBy} {
+		for _, by := range []**flow.JudgedBy{&u.JudgedBy, &u.ResultJudgedBy} {
 			if *by != nil && ids[(*by).StepID] != "" {
 				b := **by
 				b.StepID = ids[b.StepID]
@@ -926,4 +849,17 @@ func (r *runner) rejudge(ctx context.Context, node *Node, rec Step) (step Step, 
 		rec.ToolUsage[i] = u
 	}
 	return rec, false, nil, nil
+}
+
+// awaitsReview reports whether a turn's steps hold changes proposed for a
+// person's review (ToolUse.Proposed) that no review has answered yet.
+func awaitsReview(turn []flow.Step) bool {
+	for i := len(turn) - 1; i >= 0 && turn[i].AgentID != flow.Reviewer; i-- {
+		for _, u := range turn[i].ToolUsage {
+			if u.Proposed && u.Error == "" {
+				return true
+			}
+		}
+	}
+	return false
 }

@@ -1,4 +1,4 @@
-package flow
+package engine
 
 import (
 	"context"
@@ -13,21 +13,17 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-)
 
-// Flow is a loaded, valid flow definition.
-type Flow struct {
-	ID  string
-	Def *Definition
-}
+	"superego/flow"
+)
 
 // Engine starts runs of flows on instances, lets clients watch them, and
 // owns their goroutines: a run goes on when the client that started it goes
 // away, and ends when it ends, is cancelled, or the engine closes.
 type Engine struct {
-	Flows   map[string]*Flow
+	Flows   map[string]*flow.Flow
 	Exec    *Executor
-	Store   Store
+	Store   flow.Store
 	MaxRuns int          // runs in flight at once; 0 means 256
 	Log     *slog.Logger // default slog.Default()
 	// Replicas, where set, shares runs with other engines on the same
@@ -55,7 +51,7 @@ type Engine struct {
 // begins or ends on the instance takes it out of Engine.backlogs: readers
 // that come later read the log again.
 type backlog struct {
-	events []Event
+	events []flow.Event
 	err    error
 	read   chan struct{} // closed once events, or err, are there
 	refs   int
@@ -73,10 +69,10 @@ type liveRun struct {
 	nolog   bool           // its instance's creation failed: it has no log to end
 	drained sync.Cond      // pending became empty, or a held write ended
 	holding int            // held events whose writes are not done
-	log     []Event        // delivered events its subscribers have yet to read (forgetRead)
+	log     []flow.Event   // delivered events its subscribers have yet to read (forgetRead)
 	ended   bool           // log is complete
 	subs    map[*Subscription]struct{}
-	watch   func(Event) // Run's watcher, if any: called in deliver
+	watch   func(flow.Event) // Run's watcher, if any: called in deliver
 	// finished: its done is delivered, and a client may act on it before
 	// the run has let go of its instance; free is closed once it has. It
 	// is made, under Engine.mu, when a client first waits for it.
@@ -86,7 +82,7 @@ type liveRun struct {
 
 // pendingEvent waits until it, and every event before it, is durable.
 type pendingEvent struct {
-	ev    Event
+	ev    flow.Event
 	ready bool
 }
 
@@ -106,7 +102,7 @@ func newLiveRun() *liveRun {
 // nothing: it reads at its own pace, until the run ends.
 type Subscription struct {
 	Instance string
-	Backlog  []Event
+	Backlog  []flow.Event
 	run      *liveRun
 	next     int           // index in run.log
 	after    int64         // live events up to this id came in the backlog
@@ -117,8 +113,8 @@ type Subscription struct {
 
 // Events iterates over the subscription's events until the run ends or ctx
 // is done.
-func (s *Subscription) Events(ctx context.Context) iter.Seq[Event] {
-	return func(yield func(Event) bool) {
+func (s *Subscription) Events(ctx context.Context) iter.Seq[flow.Event] {
+	return func(yield func(flow.Event) bool) {
 		for len(s.Backlog) > 0 {
 			ev := s.Backlog[0]
 			s.Backlog = s.Backlog[1:]
@@ -151,7 +147,7 @@ func (s *Subscription) Events(ctx context.Context) iter.Seq[Event] {
 }
 
 // take returns the next live event, if one is there.
-func (s *Subscription) take() (ev Event, ok, ended bool) {
+func (s *Subscription) take() (ev flow.Event, ok, ended bool) {
 	run := s.run
 	run.mu.Lock()
 	defer run.mu.Unlock()
@@ -164,7 +160,7 @@ func (s *Subscription) take() (ev Event, ok, ended bool) {
 		run.forgetRead()
 	}
 	if !ok {
-		return Event{}, false, run.ended
+		return flow.Event{}, false, run.ended
 	}
 	return ev, true, false
 }
@@ -220,7 +216,7 @@ func (e *Engine) Start(ctx context.Context, req Request) (*Subscription, error) 
 // StartReview answers the human review an instance waits for, and goes on
 // with its run as Start does: approved, along the supervisor's ACCEPT
 // transition; rejected, along its BLOCK one.
-func (e *Engine) StartReview(ctx context.Context, instanceID string, review Review) (*Subscription, error) {
+func (e *Engine) StartReview(ctx context.Context, instanceID string, review flow.Review) (*Subscription, error) {
 	inst, err := e.Store.Get(ctx, instanceID)
 	if err != nil {
 		return nil, err
@@ -246,7 +242,7 @@ func (e *Engine) StartReview(ctx context.Context, instanceID string, review Revi
 // run goes on if the caller's client goes away, as every run does. A reader
 // that may block, a socket, wants Start: a subscription never holds a run
 // back.
-func (e *Engine) Run(ctx context.Context, req Request, watch func(Event)) error {
+func (e *Engine) Run(ctx context.Context, req Request, watch func(flow.Event)) error {
 	if e.Replicas != nil {
 		_, err := e.dispatch(ctx, &req, nil, watch)
 		return err
@@ -261,24 +257,24 @@ func (e *Engine) Run(ctx context.Context, req Request, watch func(Event)) error 
 
 // start reserves the instance and lets attach hook a reader onto the run
 // before its first event; the caller runs it.
-func (e *Engine) start(ctx context.Context, req *Request, review *Review, attach func(*liveRun)) (*liveRun, *Turn, error) {
+func (e *Engine) start(ctx context.Context, req *Request, review *flow.Review, attach func(*liveRun)) (*liveRun, *Turn, error) {
 	f := e.Flows[req.FlowID]
 	if f == nil {
-		return nil, nil, fmt.Errorf("flow %q: %w", req.FlowID, ErrNotFound)
+		return nil, nil, fmt.Errorf("flow %q: %w", req.FlowID, flow.ErrNotFound)
 	}
 	instanceID := req.InstanceID
 	isNew := instanceID == ""
 	if isNew {
-		instanceID = NewID()
+		instanceID = flow.NewID()
 	} else if inst, err := e.Store.Get(ctx, instanceID); err != nil {
 		return nil, nil, err
 	} else if inst.FlowID != req.FlowID {
-		return nil, nil, fmt.Errorf("instance %s runs flow %q, not %q: %w", instanceID, inst.FlowID, req.FlowID, ErrInvalid)
+		return nil, nil, fmt.Errorf("instance %s runs flow %q, not %q: %w", instanceID, inst.FlowID, req.FlowID, flow.ErrInvalid)
 	}
 	for i, s := range req.Prior {
-		client := s.Role == RoleSystem && s.AgentID == ClientInstructions
-		if s.Role != RoleUser && s.Role != RoleAssistant && !client || !isNew {
-			return nil, nil, fmt.Errorf("prior message %d: a new instance's messages are user or assistant ones, or its client's instructions: %w", i, ErrInvalid)
+		client := s.Role == flow.RoleSystem && s.AgentID == flow.ClientInstructions
+		if s.Role != flow.RoleUser && s.Role != flow.RoleAssistant && !client || !isNew {
+			return nil, nil, fmt.Errorf("prior message %d: a new instance's messages are user or assistant ones, or its client's instructions: %w", i, flow.ErrInvalid)
 		}
 	}
 	turn, err := e.turn(ctx, f, req.Options)
@@ -300,7 +296,7 @@ func (e *Engine) start(ctx context.Context, req *Request, review *Review, attach
 		// client, which may answer at once (with its tools' results,
 		// §4a), waits for that rather than being refused.
 		free := e.finishing(instanceID)
-		if !errors.Is(err, ErrBusy) || free == nil {
+		if !errors.Is(err, flow.ErrBusy) || free == nil {
 			return nil, nil, err
 		}
 		select {
@@ -309,11 +305,11 @@ func (e *Engine) start(ctx context.Context, req *Request, review *Review, attach
 			return nil, nil, err
 		}
 	}
-	var st State
+	var st flow.State
 	if isNew {
 		// Queued ahead of the run's events: they wait for it, and a
 		// failure fails the run at its next event.
-		e.Store.Create(Instance{ID: instanceID, FlowID: req.FlowID, CreatedAt: time.Now().UTC(), Tags: req.Options.Tags}, run.created)
+		e.Store.Create(flow.Instance{ID: instanceID, FlowID: req.FlowID, CreatedAt: time.Now().UTC(), Tags: req.Options.Tags}, run.created)
 	} else {
 		events, err := e.Store.Events(ctx, instanceID, 0)
 		if err != nil {
@@ -321,7 +317,7 @@ func (e *Engine) start(ctx context.Context, req *Request, review *Review, attach
 			e.wg.Done()
 			return nil, nil, fmt.Errorf("start run on instance %s: %w", instanceID, err)
 		}
-		st = Replay(events)
+		st = flow.Replay(events)
 	}
 	if err := e.goOn(ctx, &turn, instanceID, st, *req, review); err != nil {
 		e.release(instanceID)
@@ -338,11 +334,11 @@ func (e *Engine) start(ctx context.Context, req *Request, review *Review, attach
 // goOn checks that req, or a person's answer to a review, answers what
 // the instance id, in state st, waits for, and sets the turn up from
 // st: here (start) as on a replica (dispatch).
-func (e *Engine) goOn(ctx context.Context, turn *Turn, id string, st State, req Request, review *Review) error {
-	if req.Continue && st.Status != StatusAwaitingToolResult {
-		return fmt.Errorf("instance %s is %s: %w", id, st.Status, ErrNoWait)
+func (e *Engine) goOn(ctx context.Context, turn *Turn, id string, st flow.State, req Request, review *flow.Review) error {
+	if req.Continue && st.Status != flow.StatusAwaitingToolResult {
+		return fmt.Errorf("instance %s is %s: %w", id, st.Status, flow.ErrNoWait)
 	}
-	var held []Event
+	var held []flow.Event
 	if review != nil {
 		var err error
 		held, err = e.Store.Held(ctx, id)
@@ -353,7 +349,7 @@ func (e *Engine) goOn(ctx context.Context, turn *Turn, id string, st State, req 
 			return fmt.Errorf("instance %s: %w", id, err)
 		}
 	}
-	turn.InstanceID, turn.RunID, turn.Steps, turn.Input, turn.Prior = id, NewID(), st.Steps, req.Input, req.Prior
+	turn.InstanceID, turn.RunID, turn.Steps, turn.Input, turn.Prior = id, flow.NewID(), st.Steps, req.Input, req.Prior
 	turn.Options.Review, turn.Held, turn.Continue = review, held, req.Continue
 	if review != nil || req.Continue {
 		// A person's answer, or a client's results, go on with the turn
@@ -365,13 +361,13 @@ func (e *Engine) goOn(ctx context.Context, turn *Turn, id string, st State, req 
 
 // answering checks that a person's answer answers a review the instance
 // waits for, and names the review where it is the only one.
-func answering(st State, held []Event, review *Review) error {
-	if st.Status != StatusAwaitingReview {
-		return fmt.Errorf("it is %s: %w", st.Status, ErrNoReview)
+func answering(st flow.State, held []flow.Event, review *flow.Review) error {
+	if st.Status != flow.StatusAwaitingReview {
+		return fmt.Errorf("it is %s: %w", st.Status, flow.ErrNoReview)
 	}
 	steps := st.Steps
 	for _, ev := range held {
-		if s, ok := ev.Data.(Step); ok {
+		if s, ok := ev.Data.(flow.Step); ok {
 			steps = append(slices.Clip(steps), s)
 		}
 	}
@@ -382,18 +378,18 @@ func answering(st State, held []Event, review *Review) error {
 	}
 	switch {
 	case review.ReviewID == "" && len(pending) > 1:
-		return fmt.Errorf("%d reviews wait (%s): name one with review_id: %w", len(pending), strings.Join(ids, ", "), ErrNoReview)
+		return fmt.Errorf("%d reviews wait (%s): name one with review_id: %w", len(pending), strings.Join(ids, ", "), flow.ErrNoReview)
 	case review.ReviewID == "" && len(pending) == 1:
 		review.ReviewID = ids[0]
 	case review.ReviewID != "" && !slices.Contains(ids, review.ReviewID):
-		return fmt.Errorf("review %q does not wait (reviews waiting: %s): %w", review.ReviewID, strings.Join(ids, ", "), ErrNoReview)
+		return fmt.Errorf("review %q does not wait (reviews waiting: %s): %w", review.ReviewID, strings.Join(ids, ", "), flow.ErrNoReview)
 	}
 	return nil
 }
 
 // turn is a run of flow f with options: its variant's definition, and the
 // record a replay walks.
-func (e *Engine) turn(ctx context.Context, f *Flow, opt RunOptions) (Turn, error) {
+func (e *Engine) turn(ctx context.Context, f *flow.Flow, opt flow.RunOptions) (Turn, error) {
 	def, err := e.variants.of(f, opt.Variant)
 	if err != nil {
 		return Turn{}, err
@@ -427,7 +423,7 @@ func (e *Engine) run(run *liveRun, turn *Turn, claim *Claim) {
 			case <-claim.Stop:
 				run.cancel(context.Canceled)
 			case <-claim.Lost:
-				run.cancel(ErrClosed) // as a shutdown does: no ending written
+				run.cancel(flow.ErrClosed) // as a shutdown does: no ending written
 			case <-stopped:
 			}
 		}()
@@ -439,9 +435,9 @@ func (e *Engine) run(run *liveRun, turn *Turn, claim *Claim) {
 		}
 	}()
 	sink := Sink{
-		Emit:   func(evs ...Event) error { return e.publish(id, run, evs, false) },
-		Settle: func(evs ...Event) error { return e.publish(id, run, evs, true) },
-		Hold: func(ev Event) error {
+		Emit:   func(evs ...flow.Event) error { return e.publish(id, run, evs, false) },
+		Settle: func(evs ...flow.Event) error { return e.publish(id, run, evs, true) },
+		Hold: func(ev flow.Event) error {
 			run.mu.Lock()
 			run.holding++
 			run.mu.Unlock()
@@ -483,7 +479,7 @@ func (e *Engine) finish(ctx context.Context, run *liveRun, turn *Turn, out Outco
 	case out.Status == statusInterrupted:
 		e.runLog(turn).InfoContext(ctx, "run interrupted by shutdown; it resumes when the server starts again")
 	case out.Err != nil:
-		attrs := []any{"code", ErrorCode(out.Err), "err", out.Err}
+		attrs := []any{"code", flow.ErrorCode(out.Err), "err", out.Err}
 		if p, ok := errors.AsType[*panicked](out.Err); ok {
 			attrs = append(attrs, "stack", string(p.stack))
 		}
@@ -533,16 +529,16 @@ func (run *liveRun) end() {
 func (e *Engine) lose(run *liveRun, turn Turn, cause error) Outcome {
 	run.mu.Lock()
 	now := time.Now().UTC()
-	end := []Event{
-		{ID: run.seq + 1, Name: EventError, Time: now, Data: ErrorData{Code: ErrorCode(cause), Message: cause.Error()}},
-		{ID: run.seq + 2, Name: EventDone, Time: now, Data: Done{InstanceID: turn.InstanceID, Status: StatusFailed}},
+	end := []flow.Event{
+		{ID: run.seq + 1, Name: flow.EventError, Time: now, Data: flow.ErrorData{Code: flow.ErrorCode(cause), Message: cause.Error()}},
+		{ID: run.seq + 2, Name: flow.EventDone, Time: now, Data: flow.Done{InstanceID: turn.InstanceID, Status: flow.StatusFailed}},
 	}
 	run.seq += 2
 	nolog := run.nolog
 	run.mu.Unlock()
 	if !nolog {
 		// Held events are dropped with it: the run ends without their judgement.
-		if err := Wait(func(done func(error)) { e.Store.Settle(turn.InstanceID, end, done) }); err != nil {
+		if err := flow.Wait(func(done func(error)) { e.Store.Settle(turn.InstanceID, end, done) }); err != nil {
 			e.keepEnding(turn.InstanceID, end)
 			e.runLog(&turn).Error("the failed run's ending is not recorded yet: its instance reads running until it is", "err", err)
 		}
@@ -553,17 +549,17 @@ func (e *Engine) lose(run *liveRun, turn Turn, cause error) Outcome {
 	}
 	run.deliver()
 	run.mu.Unlock()
-	return Outcome{Status: StatusFailed, Err: cause}
+	return Outcome{Status: flow.StatusFailed, Err: cause}
 }
 
 // lostEnding is the ending of a run that failed, not recorded yet; mu is held
 // while it is being written, so that it is written once.
 type lostEnding struct {
 	mu     sync.Mutex
-	events []Event
+	events []flow.Event
 }
 
-func (e *Engine) keepEnding(id string, events []Event) {
+func (e *Engine) keepEnding(id string, events []flow.Event) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.unsaved == nil {
@@ -612,8 +608,8 @@ func (e *Engine) savedEnding(id string) error {
 	if e.endingOf(id) != u {
 		return nil // written meanwhile
 	}
-	if err := Wait(func(done func(error)) { e.Store.Settle(id, u.events, done) }); err != nil {
-		return fmt.Errorf("instance %s: its last run failed, and its ending is not recorded yet: %w: %w", id, ErrStorage, err)
+	if err := flow.Wait(func(done func(error)) { e.Store.Settle(id, u.events, done) }); err != nil {
+		return fmt.Errorf("instance %s: its last run failed, and its ending is not recorded yet: %w: %w", id, flow.ErrStorage, err)
 	}
 	e.forget(id, u)
 	return nil
@@ -636,25 +632,25 @@ func (e *Engine) forget(id string, u *lostEnding) {
 // others from resuming. It returns how many it resumed. only, where set,
 // picks the runs by their options: a process that may share the store with
 // a server resumes only its own.
-func (e *Engine) Recover(ctx context.Context, only func(RunOptions) bool) (int, error) {
+func (e *Engine) Recover(ctx context.Context, only func(flow.RunOptions) bool) (int, error) {
 	if e.Replicas != nil {
 		return 0, nil // a run's job resumes it, on whichever replica takes it
 	}
-	list, err := e.Store.List(ctx, ListOptions{Status: StatusRunning})
+	list, err := e.Store.List(ctx, flow.ListOptions{Status: flow.StatusRunning})
 	if err != nil {
 		return 0, fmt.Errorf("recover: %w", err)
 	}
 	resumed := 0
 	for _, inst := range list {
 		events, err := e.Store.Events(ctx, inst.ID, 0)
-		if errors.Is(err, ErrCorrupt) {
+		if errors.Is(err, flow.ErrCorrupt) {
 			e.logger().Error("interrupted run cannot resume: its log does not read", "instance_id", inst.ID, "flow_id", inst.FlowID, "err", err)
 			continue
 		}
 		if err != nil {
 			return resumed, fmt.Errorf("recover %s: %w", inst.ID, err)
 		}
-		st := Replay(events) // the options are the interrupted run's, which it keeps
+		st := flow.Replay(events) // the options are the interrupted run's, which it keeps
 		if only != nil && !only(st.Options) {
 			continue
 		}
@@ -670,12 +666,12 @@ func (e *Engine) Recover(ctx context.Context, only func(RunOptions) bool) (int, 
 			reason = fmt.Sprintf("the interrupted run cannot resume: %v", err)
 		}
 		if reason != "" {
-			end := []Event{
-				{ID: st.LastID + 1, Name: EventError, Time: time.Now().UTC(), Data: ErrorData{Code: "internal", Message: reason}},
-				{ID: st.LastID + 2, Name: EventDone, Time: time.Now().UTC(), Data: Done{InstanceID: inst.ID, Status: StatusFailed, Usage: &RunUsage{}}},
+			end := []flow.Event{
+				{ID: st.LastID + 1, Name: flow.EventError, Time: time.Now().UTC(), Data: flow.ErrorData{Code: "internal", Message: reason}},
+				{ID: st.LastID + 2, Name: flow.EventDone, Time: time.Now().UTC(), Data: flow.Done{InstanceID: inst.ID, Status: flow.StatusFailed, Usage: &flow.RunUsage{}}},
 			}
 			// Held events stay unseen: the run ends without their judgement.
-			if err := Wait(func(done func(error)) { e.Store.Settle(inst.ID, end, done) }); err != nil {
+			if err := flow.Wait(func(done func(error)) { e.Store.Settle(inst.ID, end, done) }); err != nil {
 				return resumed, fmt.Errorf("recover %s: %w", inst.ID, err)
 			}
 			e.logger().Warn("interrupted run failed", "instance_id", inst.ID, "flow_id", inst.FlowID, "reason", reason)
@@ -686,7 +682,7 @@ func (e *Engine) Recover(ctx context.Context, only func(RunOptions) bool) (int, 
 			return resumed, fmt.Errorf("recover %s: %w", inst.ID, err)
 		}
 		run.seq = st.LastID
-		turn.InstanceID, turn.RunID, turn.Steps, turn.Held, turn.Resume, turn.Unfinished = inst.ID, NewID(), st.Steps, held, true, st.Unfinished
+		turn.InstanceID, turn.RunID, turn.Steps, turn.Held, turn.Resume, turn.Unfinished = inst.ID, flow.NewID(), st.Steps, held, true, st.Unfinished
 		go e.run(run, &turn, nil)
 		e.runLog(&turn).Info("resuming interrupted run", "steps", len(st.Steps), "held", len(held))
 		resumed++
@@ -700,16 +696,16 @@ func (e *Engine) reserve(id string, run *liveRun) error {
 	max := e.maxRuns()
 	switch {
 	case e.closed:
-		return ErrClosed
+		return flow.ErrClosed
 	case e.live[id] != nil:
-		return fmt.Errorf("instance %s: %w", id, ErrBusy)
+		return fmt.Errorf("instance %s: %w", id, flow.ErrBusy)
 	case len(e.live) >= max:
-		return fmt.Errorf("%d runs in flight: %w", len(e.live), ErrTooMany)
+		return fmt.Errorf("%d runs in flight: %w", len(e.live), flow.ErrTooMany)
 	case run.input > e.maxInput():
-		return fmt.Errorf("an input of %s, a conversation's included, where this server's runs in flight may hold %s: %w", size(run.input), size(e.maxInput()), ErrInvalid)
+		return fmt.Errorf("an input of %s, a conversation's included, where this server's runs in flight may hold %s: %w", size(run.input), size(e.maxInput()), flow.ErrInvalid)
 	case e.input+run.input > e.maxInput():
 		return fmt.Errorf("the runs in flight hold %s of input, and this run's %s would take them past the server's %s; retry later: %w",
-			size(e.input), size(run.input), size(e.maxInput()), ErrInputInFlight)
+			size(e.input), size(run.input), size(e.maxInput()), flow.ErrInputInFlight)
 	}
 	if e.live == nil {
 		e.live = map[string]*liveRun{}
@@ -759,7 +755,7 @@ func (e *Engine) release(id string) {
 // instance's held turn. Events reach subscribers in order, each once it
 // and all before it are durable: a partial on its own at once, events of a
 // group together. publish reports the first write that failed.
-func (e *Engine) publish(id string, run *liveRun, evs []Event, settle bool) error {
+func (e *Engine) publish(id string, run *liveRun, evs []flow.Event, settle bool) error {
 	run.mu.Lock()
 	if run.err != nil {
 		err := run.err
@@ -769,15 +765,15 @@ func (e *Engine) publish(id string, run *liveRun, evs []Event, settle bool) erro
 	queued := time.Now() // with its monotonic reading, for the observer
 	now := queued.UTC()
 	first := run.seq + 1
-	var stored []Event // none for a partial output, the most frequent event
+	var stored []flow.Event // none for a partial output, the most frequent event
 	for i := range evs {
 		run.seq++
 		evs[i].ID, evs[i].Time = run.seq, now
-		if evs[i].Name == EventPartial {
+		if evs[i].Name == flow.EventPartial {
 			continue
 		}
 		if stored == nil {
-			stored = make([]Event, 0, len(evs))
+			stored = make([]flow.Event, 0, len(evs))
 		}
 		stored = append(stored, evs[i])
 	}
@@ -811,7 +807,7 @@ func (run *liveRun) written(first, last int64, err error) {
 	case run.err != nil:
 		return // the run failed at an earlier write: these are not shown
 	case err != nil:
-		run.fail(fmt.Errorf("%w: events %d to %d: %w", ErrStorage, first, last, err))
+		run.fail(fmt.Errorf("%w: events %d to %d: %w", flow.ErrStorage, first, last, err))
 		return
 	}
 	// pending is in id order with no gaps, so the events' places are known.
@@ -849,7 +845,7 @@ func (run *liveRun) failed(err error) {
 	}
 	run.mu.Lock()
 	defer run.mu.Unlock()
-	run.fail(fmt.Errorf("%w: %w", ErrStorage, err))
+	run.fail(fmt.Errorf("%w: %w", flow.ErrStorage, err))
 }
 
 // created is the result of the write that creates the run's instance.
@@ -860,7 +856,7 @@ func (run *liveRun) created(err error) {
 	run.mu.Lock()
 	defer run.mu.Unlock()
 	run.nolog = true
-	run.fail(fmt.Errorf("%w: %w", ErrStorage, err))
+	run.fail(fmt.Errorf("%w: %w", flow.ErrStorage, err))
 }
 
 // fail records the first write that failed and drops the events not
@@ -887,7 +883,7 @@ func (run *liveRun) deliver() {
 		if run.watch != nil {
 			run.watch(run.pending[n].ev)
 		}
-		if run.pending[n].ev.Name == EventDone {
+		if run.pending[n].ev.Name == flow.EventDone {
 			run.finished.Store(true)
 		}
 	}
@@ -934,7 +930,7 @@ func (run *liveRun) wakeAll() {
 }
 
 // subscribe follows the run from its next delivered event. run.mu is held.
-func (run *liveRun) subscribe(backlog []Event, after int64) *Subscription {
+func (run *liveRun) subscribe(backlog []flow.Event, after int64) *Subscription {
 	if n := len(backlog); n > 0 {
 		after = backlog[n-1].ID
 	}
@@ -990,7 +986,7 @@ func (e *Engine) Subscribe(ctx context.Context, id string, after int64) (*Subscr
 		if err != nil {
 			return nil, err
 		}
-		if st := Replay(events); st.Status == StatusRunning {
+		if st := flow.Replay(events); st.Status == flow.StatusRunning {
 			i := sort.Search(len(events), func(i int) bool { return events[i].ID > after })
 			return e.follow(id, after, events[i:], st.RunStartID), nil
 		}
@@ -1047,7 +1043,7 @@ func (e *Engine) Cancel(ctx context.Context, id string) error {
 	e.mu.Lock()
 	run := e.live[id]
 	e.mu.Unlock()
-	var inst Instance
+	var inst flow.Instance
 	if run == nil {
 		var err error
 		if inst, err = e.Store.Get(ctx, id); err != nil {
@@ -1065,23 +1061,23 @@ func (e *Engine) Cancel(ctx context.Context, id string) error {
 		return nil
 	}
 	events, err := e.Store.Events(ctx, id, 0)
-	switch status := Replay(events).Status; {
-	case err == nil && status == StatusAwaitingToolResult:
+	switch status := flow.Replay(events).Status; {
+	case err == nil && status == flow.StatusAwaitingToolResult:
 		return e.abandon(ctx, id, inst.FlowID, "cancelled")
 	case e.Replicas != nil && err != nil:
 		return err
-	case e.Replicas != nil && status == StatusRunning:
+	case e.Replicas != nil && status == flow.StatusRunning:
 		// Running elsewhere, or queued: its replica is told. A run whose
 		// done is written is over, whatever its claim says.
 		return e.Replicas.Cancel(ctx, id)
 	}
-	return fmt.Errorf("instance %s: %w", id, ErrIdle)
+	return fmt.Errorf("instance %s: %w", id, flow.ErrIdle)
 }
 
 // abandon ends an instance's wait for its client's tool results: each call
 // is answered "not run: " and why, and the instance is cancelled.
 func (e *Engine) abandon(ctx context.Context, id, flowID, why string) error {
-	return e.Run(ctx, Request{FlowID: flowID, InstanceID: id, Continue: true, Options: RunOptions{Abandon: why}}, nil)
+	return e.Run(ctx, Request{FlowID: flowID, InstanceID: id, Continue: true, Options: flow.RunOptions{Abandon: why}}, nil)
 }
 
 // ExpireWaits ends, until ctx is done, the waits for clients' tool results
@@ -1096,7 +1092,7 @@ func (e *Engine) ExpireWaits(ctx context.Context, wait time.Duration) {
 			return
 		case <-tick.C:
 		}
-		list, err := e.Store.List(ctx, ListOptions{Status: StatusAwaitingToolResult})
+		list, err := e.Store.List(ctx, flow.ListOptions{Status: flow.StatusAwaitingToolResult})
 		if err != nil {
 			e.logger().Warn("waits for tool results not checked", "err", err)
 			continue
@@ -1106,7 +1102,7 @@ func (e *Engine) ExpireWaits(ctx context.Context, wait time.Duration) {
 				continue
 			}
 			err := e.abandon(ctx, inst.ID, inst.FlowID, "the wait for the client's results expired")
-			if err != nil && !errors.Is(err, ErrBusy) && !errors.Is(err, ErrNoWait) && !errors.Is(err, ErrClosed) {
+			if err != nil && !errors.Is(err, flow.ErrBusy) && !errors.Is(err, flow.ErrNoWait) && !errors.Is(err, flow.ErrClosed) {
 				e.logger().Warn("an expired wait for tool results not ended", "instance_id", inst.ID, "err", err)
 			}
 		}
@@ -1130,7 +1126,7 @@ func (e *Engine) Close(ctx context.Context) error {
 	}
 	e.mu.Lock()
 	for _, run := range e.live {
-		run.cancel(ErrClosed)
+		run.cancel(flow.ErrClosed)
 	}
 	e.mu.Unlock()
 	<-finished
@@ -1154,7 +1150,7 @@ func (e *Engine) recordEndings() {
 
 // Events are the instance's recorded events after the given id and, where
 // its last run failed and its log does not say so yet, that run's ending.
-func (e *Engine) Events(ctx context.Context, id string, after int64) ([]Event, error) {
+func (e *Engine) Events(ctx context.Context, id string, after int64) ([]flow.Event, error) {
 	events, err := e.Store.Events(ctx, id, after)
 	if err != nil {
 		return nil, err
@@ -1166,7 +1162,7 @@ func (e *Engine) Events(ctx context.Context, id string, after int64) ([]Event, e
 // its last run after them where that run failed and its log does not say
 // so yet: a reader is told as the run's own client was. events may be
 // shared: what is added goes to a copy.
-func (e *Engine) withEnding(id string, after int64, events []Event) []Event {
+func (e *Engine) withEnding(id string, after int64, events []flow.Event) []flow.Event {
 	if u := e.endingOf(id); u != nil {
 		for _, ev := range u.events {
 			if ev.ID > after {
@@ -1185,24 +1181,15 @@ func (e *Engine) logger() *slog.Logger {
 }
 
 // Create makes a new, empty instance of a flow.
-func (e *Engine) Create(ctx context.Context, flowID string) (Instance, error) {
+func (e *Engine) Create(ctx context.Context, flowID string) (flow.Instance, error) {
 	if e.Flows[flowID] == nil {
-		return Instance{}, fmt.Errorf("flow %q: %w", flowID, ErrNotFound)
+		return flow.Instance{}, fmt.Errorf("flow %q: %w", flowID, flow.ErrNotFound)
 	}
-	inst := Instance{ID: NewID(), FlowID: flowID, CreatedAt: time.Now().UTC()}
-	if err := Wait(func(done func(error)) { e.Store.Create(inst, done) }); err != nil {
-		return Instance{}, fmt.Errorf("create instance: %w", err)
+	inst := flow.Instance{ID: flow.NewID(), FlowID: flowID, CreatedAt: time.Now().UTC()}
+	if err := flow.Wait(func(done func(error)) { e.Store.Create(inst, done) }); err != nil {
+		return flow.Instance{}, fmt.Errorf("create instance: %w", err)
 	}
 	return inst, nil
-}
-
-// size is the bytes of the request's input, its conversation's included.
-func (req Request) size() int64 {
-	n := int64(len(req.Input))
-	for _, s := range req.Prior {
-		n += int64(len(s.Response))
-	}
-	return n
 }
 
 // DefaultMaxInput is MaxInput's default: 16 MiB of input in flight. A

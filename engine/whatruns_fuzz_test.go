@@ -1,4 +1,4 @@
-package flow_test
+package engine_test
 
 import (
 	"context"
@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"testing"
 
+	"superego/engine"
 	"superego/flow"
 	"superego/tools"
 )
@@ -60,26 +61,26 @@ func FuzzWhatIsJudgedIsWhatRuns(f *testing.F) {
 		defer os.RemoveAll(dir)
 		var ran []json.RawMessage // what the tool was called with
 		var recorded []flow.ToolUse
-		agent := agentFunc(func(task *flow.Task) (flow.Reply, error) {
+		agent := agentFunc(func(task *engine.Task) (engine.Reply, error) {
 			if len(task.ToolRounds) > 0 {
 				return reply(flow.Complete, "done"), nil
 			}
 			task.Calls.Propose(0, flow.ToolUse{ID: "c1", ToolName: "write_file", Input: json.RawMessage(args)},
-				flow.ToolInfo{ClosedWorld: true, Parameters: write.Parameters},
-				func(ctx context.Context, input json.RawMessage) flow.Result {
+				engine.ToolInfo{ClosedWorld: true, Parameters: write.Parameters},
+				func(ctx context.Context, input json.RawMessage) engine.Result {
 					ran = append(ran, input)
 					out, err := write.Call(tools.WithInstance(ctx, instance), input)
 					if err != nil {
-						return flow.Result{Error: err.Error()}
+						return engine.Result{Error: err.Error()}
 					}
-					return flow.Result{Output: out}
+					return engine.Result{Output: out}
 				})
 			uses, err := task.Calls.Finish(context.Background(), 1)
 			recorded = uses
-			return flow.Reply{ToolUsage: uses}, err
+			return engine.Reply{ToolUsage: uses}, err
 		})
-		sink := flow.Sink{Emit: func(...flow.Event) error { return nil }, Sync: func() error { return nil }}
-		out := (&flow.Executor{Agent: agent}).Run(context.Background(), flow.Turn{FlowID: "notes", Def: def, InstanceID: instance, RunID: "r", Input: "Take notes."}, sink)
+		sink := engine.Sink{Emit: func(...flow.Event) error { return nil }, Sync: func() error { return nil }}
+		out := (&engine.Executor{Agent: agent}).Run(context.Background(), engine.Turn{FlowID: "notes", Def: def, InstanceID: instance, RunID: "r", Input: "Take notes."}, sink)
 		if out.Status != flow.StatusCompleted || len(recorded) != 1 {
 			t.Fatalf("the run: %+v, calls %+v", out, recorded)
 		}
@@ -107,7 +108,7 @@ func FuzzWhatIsJudgedIsWhatRuns(f *testing.F) {
 		}
 		p, _ := value["path"].(string)
 		content, _ := value["content"].(string)
-		if r := flow.Decide(def.Graph.Nodes["a"].Permissions, "write_file", u.Input); r.Effect != flow.EffectAllow {
+		if r := def.Graph.Nodes["a"].Permissions.Decide("write_file", value); r.Effect != flow.EffectAllow {
 			t.Fatalf("the rules do not allow the arguments that ran, %s: %+v", u.Input, r)
 		}
 		if u.Error != "" {

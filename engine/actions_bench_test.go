@@ -1,6 +1,6 @@
 //go:build unix
 
-package flow_test
+package engine_test
 
 import (
 	"context"
@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"superego/engine"
 	"superego/flow"
 )
 
@@ -44,7 +45,8 @@ func BenchmarkRuledCalls(b *testing.B) {
 		runs, cpu0 := 0, cpuTime(b)
 		for b.Loop() {
 			runs++
-			if r := flow.Decide(p, "write_file", input); r.Effect != flow.EffectAllow {
+			_, args, err := flow.DecodeArguments(input, nil)
+			if r := p.Decide("write_file", args); err != nil || r.Effect != flow.EffectAllow {
 				b.Fatal(r)
 			}
 		}
@@ -58,24 +60,24 @@ func BenchmarkRuledCalls(b *testing.B) {
 					Input: json.RawMessage(fmt.Sprintf(`{"path": "notes/day %d.md", "content": "what was done"}`, i))}
 			}
 			ran := 0
-			noop := func(context.Context, json.RawMessage) flow.Result { ran++; return flow.Result{Output: "written"} }
+			noop := func(context.Context, json.RawMessage) engine.Result { ran++; return engine.Result{Output: "written"} }
 			var last []flow.ToolUse
-			agent := agentFunc(func(t *flow.Task) (flow.Reply, error) {
+			agent := agentFunc(func(t *engine.Task) (engine.Reply, error) {
 				if t.Node.Name != "a" {
-					return flow.Reply{}, errors.New("the judge was asked")
+					return engine.Reply{}, errors.New("the judge was asked")
 				}
 				if len(t.ToolRounds) > 0 {
 					return reply(flow.Complete, "done"), nil
 				}
 				for i, u := range uses {
-					t.Calls.Propose(i, u, flow.ToolInfo{}, noop)
+					t.Calls.Propose(i, u, engine.ToolInfo{}, noop)
 				}
 				got, err := t.Calls.Finish(context.Background(), n)
 				last = got
-				return flow.Reply{ToolUsage: got}, err
+				return engine.Reply{ToolUsage: got}, err
 			})
-			x := &flow.Executor{Agent: agent}
-			sink := flow.Sink{Emit: func(evs ...flow.Event) error {
+			x := &engine.Executor{Agent: agent}
+			sink := engine.Sink{Emit: func(evs ...flow.Event) error {
 				for _, e := range evs {
 					if _, err := json.Marshal(e.Data); err != nil {
 						return err
@@ -88,7 +90,7 @@ func BenchmarkRuledCalls(b *testing.B) {
 			cpu0 := cpuTime(b)
 			for b.Loop() {
 				runs++
-				if out := x.Run(context.Background(), flow.Turn{FlowID: "ruled", Def: def, InstanceID: "i", RunID: "r", Input: "Write today's notes."}, sink); out.Status != flow.StatusCompleted {
+				if out := x.Run(context.Background(), engine.Turn{FlowID: "ruled", Def: def, InstanceID: "i", RunID: "r", Input: "Write today's notes."}, sink); out.Status != flow.StatusCompleted {
 					b.Fatal(out)
 				}
 			}

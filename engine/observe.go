@@ -1,10 +1,12 @@
-package flow
+package engine
 
 import (
 	"context"
 	"errors"
 	"slices"
 	"time"
+
+	"superego/flow"
 )
 
 // Observer is told what runs do, for an operator's metrics and traces: the
@@ -73,7 +75,7 @@ type RunInfo struct {
 // Iteration is one iteration of a node within a run.
 type Iteration struct {
 	RunInfo
-	Node   *Node
+	Node   *flow.Node
 	StepID string // of the step it will append
 	// Speculative: the iteration runs before its judge has decided
 	// whether it may (SPEC §3b), and may be discarded.
@@ -93,13 +95,13 @@ func (o *Observer) runEnded(ctx context.Context, run RunInfo, out Outcome) {
 	}
 	code := ""
 	if out.Err != nil {
-		code = ErrorCode(out.Err)
+		code = flow.ErrorCode(out.Err)
 	}
 	o.RunEnded(ctx, run, out.Status, code)
 }
 
 // nodeStarted tells the observer of an iteration of node about to run.
-func (r *runner) nodeStarted(ctx context.Context, node *Node, stepID string, speculative bool) context.Context {
+func (r *runner) nodeStarted(ctx context.Context, node *flow.Node, stepID string, speculative bool) context.Context {
 	if o := r.x.Observe; o != nil && o.NodeStarted != nil {
 		return o.NodeStarted(ctx, r.iteration(node, stepID, speculative))
 	}
@@ -108,7 +110,7 @@ func (r *runner) nodeStarted(ctx context.Context, node *Node, stepID string, spe
 
 // nodeEnded tells the observer of the iteration's end: its step's
 // decision, or its error.
-func (r *runner) nodeEnded(ctx context.Context, node *Node, stepID string, speculative bool, decision string, err error) {
+func (r *runner) nodeEnded(ctx context.Context, node *flow.Node, stepID string, speculative bool, decision string, err error) {
 	o := r.x.Observe
 	if o == nil || o.NodeEnded == nil {
 		return
@@ -118,24 +120,24 @@ func (r *runner) nodeEnded(ctx context.Context, node *Node, stepID string, specu
 	case errors.Is(err, context.Canceled), errors.Is(err, errDiscarded):
 		code, decision = "cancelled", "" // by a cancel, or a speculative turn discarded
 	case err != nil:
-		code, decision = ErrorCode(err), ""
+		code, decision = flow.ErrorCode(err), ""
 	default:
-		decision = node.decisionLabel(decision)
+		decision = decisionLabel(node, decision)
 	}
 	o.NodeEnded(ctx, r.iteration(node, stepID, speculative), decision, code)
 }
 
-func (r *runner) iteration(node *Node, stepID string, speculative bool) Iteration {
+func (r *runner) iteration(node *flow.Node, stepID string, speculative bool) Iteration {
 	return Iteration{RunInfo: RunInfo{FlowID: r.t.FlowID, InstanceID: r.t.InstanceID, RunID: r.t.RunID, Resumed: r.t.Resume && !r.t.Opened},
 		Node: node, StepID: stepID, Speculative: speculative}
 }
 
-func (o *Observer) stepped(flowID string, node *Node, decision, basis string) {
+func (o *Observer) stepped(flowID string, node *flow.Node, decision, basis string) {
 	if o == nil || node == nil {
 		return
 	}
 	if o.Stepped != nil {
-		o.Stepped(flowID, node.Name, node.decisionLabel(decision))
+		o.Stepped(flowID, node.Name, decisionLabel(node, decision))
 	}
 	if o.Based != nil && basis != "" {
 		o.Based(flowID, node.Name, basis)
@@ -144,13 +146,13 @@ func (o *Observer) stepped(flowID string, node *Node, decision, basis string) {
 
 // drafted tells of the drafts a settle released or withheld: one per
 // node whose steps were held.
-func (o *Observer) drafted(flowID string, held []Event, released bool) {
+func (o *Observer) drafted(flowID string, held []flow.Event, released bool) {
 	if o == nil || o.Drafted == nil {
 		return
 	}
 	var nodes []string
 	for _, ev := range held {
-		if s, ok := ev.Data.(Step); ok && !slices.Contains(nodes, s.Node) {
+		if s, ok := ev.Data.(flow.Step); ok && !slices.Contains(nodes, s.Node) {
 			nodes = append(nodes, s.Node)
 		}
 	}
@@ -180,16 +182,16 @@ func (o *Observer) ruled(flowID, effect string) {
 
 // known are the decisions the engine gives meaning to: a label may name
 // them whatever the node's transitions are (a fallback, on_error).
-var known = []string{Block, Accept, Caution, NeedsClarification, Complete, NeedsTool, Modify, HumanReview}
+var known = []string{flow.Block, flow.Accept, flow.Caution, flow.NeedsClarification, flow.Complete, flow.NeedsTool, flow.Modify, flow.HumanReview}
 
 // decisionLabel is a decision as a metric or a span may name it: one of
 // the node's transition keys or of the decisions the engine knows, else
 // "*".
-func (n *Node) decisionLabel(d string) string {
-	if _, ok := n.Transitions[d]; ok && d != AnyDecision || d == "" || slices.Contains(known, d) {
+func decisionLabel(n *flow.Node, d string) string {
+	if _, ok := n.Transitions[d]; ok && d != flow.AnyDecision || d == "" || slices.Contains(known, d) {
 		return d
 	}
-	return AnyDecision
+	return flow.AnyDecision
 }
 
 // Held reports whether what the task's model answers is held from clients

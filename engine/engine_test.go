@@ -1,4 +1,4 @@
-package flow_test
+package engine_test
 
 import (
 	"context"
@@ -10,7 +10,9 @@ import (
 	"sync"
 	"testing"
 
+	"superego/engine"
 	"superego/flow"
+	"superego/memstore"
 )
 
 // gated is an agent that waits at a gate before it replies, so a test can
@@ -18,38 +20,38 @@ import (
 type gated struct {
 	entered chan string // node names, as each call begins
 	gate    chan struct{}
-	reply   flow.Reply
+	reply   engine.Reply
 }
 
 func newGated() *gated {
 	return &gated{entered: make(chan string, 100), gate: make(chan struct{}), reply: reply("ACCEPT", "")}
 }
 
-func (g *gated) Act(ctx context.Context, t *flow.Task, emit func(flow.Event)) (flow.Reply, error) {
+func (g *gated) Act(ctx context.Context, t *engine.Task, emit func(flow.Event)) (engine.Reply, error) {
 	g.entered <- t.Node.Name
 	emit(flow.Event{Name: flow.EventPartial, Data: flow.Partial{StepID: t.StepID, Node: t.Node.Name, Delta: "x"}})
 	select {
 	case <-g.gate:
 		return g.reply, nil
 	case <-ctx.Done():
-		return flow.Reply{}, ctx.Err()
+		return engine.Reply{}, ctx.Err()
 	}
 }
 
 const single = `{"name": "one", "graph": {"start": "s", "nodes": {"s": {"type": "superego", "agent_id": "s", "constitution": "c", "transitions": {"ACCEPT": null}}}}}`
 
-func newEngine(tb testing.TB, agent flow.Agent, max int) *flow.Engine {
-	return &flow.Engine{
+func newEngine(tb testing.TB, agent engine.Agent, max int) *engine.Engine {
+	return &engine.Engine{
 		Flows:   map[string]*flow.Flow{"one": {ID: "one", Def: mustParse(tb, single)}},
-		Exec:    &flow.Executor{Agent: agent},
-		Store:   &flow.MemStore{},
+		Exec:    &engine.Executor{Agent: agent},
+		Store:   &memstore.Store{},
 		MaxRuns: max,
 		Log:     slog.New(slog.DiscardHandler),
 	}
 }
 
 // drain reads a subscription to its end and returns every event.
-func drain(s *flow.Subscription) []flow.Event {
+func drain(s *engine.Subscription) []flow.Event {
 	var out []flow.Event
 	for e := range s.Events(context.Background()) {
 		out = append(out, e)
@@ -57,7 +59,7 @@ func drain(s *flow.Subscription) []flow.Event {
 	return out
 }
 
-func instanceOf(tb testing.TB, s *flow.Subscription) string {
+func instanceOf(tb testing.TB, s *engine.Subscription) string {
 	tb.Helper()
 	var e flow.Event
 	for e = range s.Events(context.Background()) {
@@ -74,34 +76,34 @@ func TestEngineRefusals(t *testing.T) {
 	ctx := context.Background()
 	g := newGated()
 	e := newEngine(t, g, 2)
-	sub, err := e.Start(ctx, flow.Request{FlowID: "one", Input: "a"})
+	sub, err := e.Start(ctx, engine.Request{FlowID: "one", Input: "a"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	id := instanceOf(t, sub)
 	<-g.entered
-	if _, err := e.Start(ctx, flow.Request{FlowID: "one", InstanceID: id, Input: "again"}); !errors.Is(err, flow.ErrBusy) {
+	if _, err := e.Start(ctx, engine.Request{FlowID: "one", InstanceID: id, Input: "again"}); !errors.Is(err, flow.ErrBusy) {
 		t.Errorf("second run on a busy instance: %v", err)
 	}
-	if _, err := e.Start(ctx, flow.Request{FlowID: "nope", Input: "x"}); !errors.Is(err, flow.ErrNotFound) {
+	if _, err := e.Start(ctx, engine.Request{FlowID: "nope", Input: "x"}); !errors.Is(err, flow.ErrNotFound) {
 		t.Errorf("unknown flow: %v", err)
 	}
-	if _, err := e.Start(ctx, flow.Request{FlowID: "one", InstanceID: "00000000-0000-4000-8000-000000000000", Input: "x"}); !errors.Is(err, flow.ErrNotFound) {
+	if _, err := e.Start(ctx, engine.Request{FlowID: "one", InstanceID: "00000000-0000-4000-8000-000000000000", Input: "x"}); !errors.Is(err, flow.ErrNotFound) {
 		t.Errorf("unknown instance: %v", err)
 	}
-	sub2, err := e.Start(ctx, flow.Request{FlowID: "one", Input: "b"})
+	sub2, err := e.Start(ctx, engine.Request{FlowID: "one", Input: "b"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	<-g.entered
-	if _, err := e.Start(ctx, flow.Request{FlowID: "one", Input: "c"}); !errors.Is(err, flow.ErrTooMany) {
+	if _, err := e.Start(ctx, engine.Request{FlowID: "one", Input: "c"}); !errors.Is(err, flow.ErrTooMany) {
 		t.Errorf("third run with a limit of two: %v", err)
 	}
 	close(g.gate)
 	drain(sub)
 	drain(sub2)
 	// The instance is free again once its run is done.
-	sub3, err := e.Start(ctx, flow.Request{FlowID: "one", InstanceID: id, Input: "again"})
+	sub3, err := e.Start(ctx, engine.Request{FlowID: "one", InstanceID: id, Input: "again"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -115,7 +117,7 @@ func TestEngineRefusals(t *testing.T) {
 	if err := e.Close(ctx); err != nil {
 		t.Errorf("close with nothing running: %v", err)
 	}
-	if _, err := e.Start(ctx, flow.Request{FlowID: "one", Input: "x"}); !errors.Is(err, flow.ErrClosed) {
+	if _, err := e.Start(ctx, engine.Request{FlowID: "one", Input: "x"}); !errors.Is(err, flow.ErrClosed) {
 		t.Errorf("start after close: %v", err)
 	}
 }
@@ -124,7 +126,7 @@ func TestSubscribeReplaysThenFollowsLive(t *testing.T) {
 	ctx := context.Background()
 	g := newGated()
 	e := newEngine(t, g, 0)
-	sub, err := e.Start(ctx, flow.Request{FlowID: "one", Input: "hi"})
+	sub, err := e.Start(ctx, engine.Request{FlowID: "one", Input: "hi"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -169,9 +171,9 @@ func TestStalledSubscriberHoldsNothingBack(t *testing.T) {
 	ctx := context.Background()
 	flooded := make(chan struct{})
 	// An agent that emits thousands of partials while nobody reads.
-	flood := agentFunc(func(t *flow.Task) (flow.Reply, error) { return reply("ACCEPT", ""), nil })
+	flood := agentFunc(func(t *engine.Task) (engine.Reply, error) { return reply("ACCEPT", ""), nil })
 	e := newEngine(t, floodAgent{agentFunc: flood, n: 5000, done: flooded}, 0)
-	sub, err := e.Start(ctx, flow.Request{FlowID: "one", Input: "hi"})
+	sub, err := e.Start(ctx, engine.Request{FlowID: "one", Input: "hi"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -196,7 +198,7 @@ func TestALiveRunKeepsOnlyWhatItsReadersHaveNotRead(t *testing.T) {
 	ctx := context.Background()
 	g := newGated()
 	e := newEngine(t, g, 0)
-	sub, err := e.Start(ctx, flow.Request{FlowID: "one", Input: "hi"})
+	sub, err := e.Start(ctx, engine.Request{FlowID: "one", Input: "hi"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -208,7 +210,7 @@ func TestALiveRunKeepsOnlyWhatItsReadersHaveNotRead(t *testing.T) {
 			break
 		}
 	}
-	if n := flow.LiveEvents(e, id); n != 0 {
+	if n := engine.LiveEvents(e, id); n != 0 {
 		t.Errorf("the run keeps %d events its one reader has read", n)
 	}
 	stalled, err := e.Subscribe(ctx, id, 0)
@@ -238,9 +240,9 @@ func TestALiveRunKeepsOnlyWhatItsReadersHaveNotRead(t *testing.T) {
 func TestFollowingARunAfterItsDoneReadsTheStore(t *testing.T) {
 	ctx := context.Background()
 	proceed := make(chan struct{})
-	e := newEngine(t, agentFunc(func(*flow.Task) (flow.Reply, error) { return reply("ACCEPT", ""), nil }), 0)
-	e.Exec.Observe = &flow.Observer{RunEnded: func(context.Context, flow.RunInfo, string, string) { <-proceed }}
-	sub, err := e.Start(ctx, flow.Request{FlowID: "one", Input: "hi"})
+	e := newEngine(t, agentFunc(func(*engine.Task) (engine.Reply, error) { return reply("ACCEPT", ""), nil }), 0)
+	e.Exec.Observe = &engine.Observer{RunEnded: func(context.Context, engine.RunInfo, string, string) { <-proceed }}
+	sub, err := e.Start(ctx, engine.Request{FlowID: "one", Input: "hi"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -268,7 +270,7 @@ type floodAgent struct {
 	done chan struct{}
 }
 
-func (f floodAgent) Act(ctx context.Context, t *flow.Task, emit func(flow.Event)) (flow.Reply, error) {
+func (f floodAgent) Act(ctx context.Context, t *engine.Task, emit func(flow.Event)) (engine.Reply, error) {
 	for i := 0; i < f.n; i++ {
 		emit(flow.Event{Name: flow.EventPartial, Data: flow.Partial{Delta: "."}})
 	}
@@ -282,7 +284,7 @@ func TestCancelAndCloseEndRuns(t *testing.T) {
 	ctx := context.Background()
 	g := newGated()
 	e := newEngine(t, g, 0)
-	sub, err := e.Start(ctx, flow.Request{FlowID: "one", Input: "a"})
+	sub, err := e.Start(ctx, engine.Request{FlowID: "one", Input: "a"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -297,7 +299,7 @@ func TestCancelAndCloseEndRuns(t *testing.T) {
 	}
 
 	// Shutdown interrupts a run: no done, so the next start resumes it.
-	sub2, err := e.Start(ctx, flow.Request{FlowID: "one", Input: "b"})
+	sub2, err := e.Start(ctx, engine.Request{FlowID: "one", Input: "b"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -357,7 +359,7 @@ func TestCancelAndCloseEndRuns(t *testing.T) {
 // alone, whatever their flow.
 func TestRecoverOnlyThePickedRuns(t *testing.T) {
 	ctx := context.Background()
-	store := &flow.MemStore{}
+	store := &memstore.Store{}
 	ignore := func(error) {}
 	first := "s"
 	for _, x := range []struct{ id, flow, experiment string }{{"mine", "one", "e1"}, {"theirs", "one", ""}, {"gone", "vanished", "e2"}} {
@@ -386,7 +388,7 @@ func TestRecoverOnlyThePickedRuns(t *testing.T) {
 	}
 }
 
-func mustSubscribe(t *testing.T, e *flow.Engine, id string) *flow.Subscription {
+func mustSubscribe(t *testing.T, e *engine.Engine, id string) *engine.Subscription {
 	t.Helper()
 	sub, err := e.Subscribe(context.Background(), id, 0)
 	if err != nil {
@@ -399,7 +401,7 @@ func mustSubscribe(t *testing.T, e *flow.Engine, id string) *flow.Subscription {
 // why, and its done carries usage as every done does.
 func TestRecoverFailsARunWhoseFlowIsGone(t *testing.T) {
 	ctx := context.Background()
-	store := &flow.MemStore{}
+	store := &memstore.Store{}
 	ignore := func(error) {}
 	store.Create(flow.Instance{ID: "x", FlowID: "vanished"}, ignore)
 	store.Append("x", []flow.Event{{ID: 1, Name: flow.EventRunStart, Data: flow.RunStart{InstanceID: "x"}}}, ignore)
@@ -420,7 +422,7 @@ func TestRecoverFailsARunWhoseFlowIsGone(t *testing.T) {
 // ends failed, saying why; one whose log does not read is left as it is.
 func TestRecoverGoesPastRunsThatCannotResume(t *testing.T) {
 	ctx := context.Background()
-	store := &unreadable{MemStore: &flow.MemStore{}, id: "corrupt"}
+	store := &unreadable{Store: &memstore.Store{}, id: "corrupt"}
 	ignore := func(error) {}
 	first := "s"
 	for _, x := range []struct {
@@ -443,19 +445,19 @@ func TestRecoverGoesPastRunsThatCannotResume(t *testing.T) {
 	if d := drain(mustSubscribe(t, e, "fine")); d[len(d)-1].Data.(flow.Done).Status != flow.StatusCompleted {
 		t.Errorf("the good run: %+v", d[len(d)-1])
 	}
-	events, _ := store.MemStore.Events(ctx, "lost-node", 0)
+	events, _ := store.Store.Events(ctx, "lost-node", 0)
 	if len(events) != 4 || !strings.Contains(events[2].Data.(flow.ErrorData).Message, `the interrupted run cannot resume: flow "one": `) ||
 		events[3].Data.(flow.Done).Status != flow.StatusFailed {
 		t.Errorf("the run whose node is gone: %+v", events)
 	}
-	if events, _ := store.MemStore.Events(ctx, "corrupt", 0); len(events) != 2 {
+	if events, _ := store.Store.Events(ctx, "corrupt", 0); len(events) != 2 {
 		t.Errorf("the unreadable run was written to: %+v", events)
 	}
 }
 
 // unreadable is a store one of whose logs does not read.
 type unreadable struct {
-	*flow.MemStore
+	*memstore.Store
 	id string
 }
 
@@ -463,7 +465,7 @@ func (s *unreadable) Events(ctx context.Context, id string, after int64) ([]flow
 	if id == s.id {
 		return nil, fmt.Errorf("instance %q: %w", id, flow.ErrCorrupt)
 	}
-	return s.MemStore.Events(ctx, id, after)
+	return s.Store.Events(ctx, id, after)
 }
 
 // A new instance may start with the conversation a client kept: its
@@ -471,12 +473,12 @@ func (s *unreadable) Events(ctx context.Context, id string, after int64) ([]flow
 func TestStartWithAConversation(t *testing.T) {
 	ctx := context.Background()
 	var seen []flow.Step
-	e := newEngine(t, agentFunc(func(task *flow.Task) (flow.Reply, error) {
+	e := newEngine(t, agentFunc(func(task *engine.Task) (engine.Reply, error) {
 		seen = task.History
 		return reply("ACCEPT", ""), nil
 	}), 0)
 	prior := []flow.Step{{Role: flow.RoleUser, Response: "Hi"}, {Role: flow.RoleAssistant, Response: "Hello! How can I help?"}}
-	sub, err := e.Start(ctx, flow.Request{FlowID: "one", Prior: prior, Input: "What is 5*10?"})
+	sub, err := e.Start(ctx, engine.Request{FlowID: "one", Prior: prior, Input: "What is 5*10?"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -496,7 +498,7 @@ func TestStartWithAConversation(t *testing.T) {
 	if d := events[len(events)-1].Data.(flow.Done); d.Response != "" {
 		t.Errorf("done's response is a prior message: %+v", d)
 	}
-	if _, err := e.Start(ctx, flow.Request{FlowID: "one", Prior: []flow.Step{{Role: "system", Response: "x"}}, Input: "y"}); !errors.Is(err, flow.ErrInvalid) {
+	if _, err := e.Start(ctx, engine.Request{FlowID: "one", Prior: []flow.Step{{Role: "system", Response: "x"}}, Input: "y"}); !errors.Is(err, flow.ErrInvalid) {
 		t.Errorf("a system message: %v", err)
 	}
 }
@@ -513,8 +515,8 @@ func TestANextRunWaitsForTheLastToLetGo(t *testing.T) {
 	end := func() { once.Do(func() { close(ending) }) }
 	defer end()
 	e := newEngine(t, g, 0)
-	e.Exec.Observe = &flow.Observer{RunEnded: func(context.Context, flow.RunInfo, string, string) { <-ending }}
-	sub, err := e.Start(ctx, flow.Request{FlowID: "one", Input: "a"})
+	e.Exec.Observe = &engine.Observer{RunEnded: func(context.Context, engine.RunInfo, string, string) { <-ending }}
+	sub, err := e.Start(ctx, engine.Request{FlowID: "one", Input: "a"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -530,7 +532,7 @@ func TestANextRunWaitsForTheLastToLetGo(t *testing.T) {
 	sub.Close()
 	gaveUp, cancel := context.WithCancel(ctx)
 	cancel()
-	if _, err := e.Start(gaveUp, flow.Request{FlowID: "one", InstanceID: id, Input: "given up"}); !errors.Is(err, flow.ErrBusy) {
+	if _, err := e.Start(gaveUp, engine.Request{FlowID: "one", InstanceID: id, Input: "given up"}); !errors.Is(err, flow.ErrBusy) {
 		t.Errorf("a request that gives up waiting: %v", err)
 	}
 	// The run lets go once the next request waits for it.
@@ -539,7 +541,7 @@ func TestANextRunWaitsForTheLastToLetGo(t *testing.T) {
 		<-waiting.asked
 		end()
 	}()
-	next, err := e.Start(waiting, flow.Request{FlowID: "one", InstanceID: id, Input: "again"})
+	next, err := e.Start(waiting, engine.Request{FlowID: "one", InstanceID: id, Input: "again"})
 	if err != nil {
 		t.Fatalf("the next run on the instance: %v", err)
 	}

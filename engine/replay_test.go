@@ -1,9 +1,10 @@
-package flow_test
+package engine_test
 
 import (
 	"context"
 	"testing"
 
+	"superego/engine"
 	"superego/flow"
 )
 
@@ -24,10 +25,10 @@ func TestReplayedStepsAreReusedNotCached(t *testing.T) {
 	}
 	var steps []flow.Step
 	var done flow.Done
-	out := (&flow.Executor{Agent: byNode(map[string][]flow.Reply{"in": {reply("ACCEPT", "")}})}).Run(context.Background(),
-		flow.Turn{FlowID: "g", Def: def, InstanceID: "i", RunID: "r", Input: "hello", Recorded: recorded,
+	out := (&engine.Executor{Agent: byNode(map[string][]engine.Reply{"in": {reply("ACCEPT", "")}})}).Run(context.Background(),
+		engine.Turn{FlowID: "g", Def: def, InstanceID: "i", RunID: "r", Input: "hello", Recorded: recorded,
 			Options: flow.RunOptions{Replay: &flow.ReplayOf{Instance: "x", Ask: []string{"in"}}}},
-		flow.Sink{Emit: func(evs ...flow.Event) error {
+		engine.Sink{Emit: func(evs ...flow.Event) error {
 			for _, e := range evs {
 				switch d := e.Data.(type) {
 				case flow.Step:

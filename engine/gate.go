@@ -1,4 +1,4 @@
-package flow
+package engine
 
 import (
 	"context"
@@ -8,6 +8,8 @@ import (
 	"strings"
 	"sync"
 	"unicode"
+
+	"superego/flow"
 )
 
 // maxChunkJudges bounds the chunk judgements of one draft in flight at once.
@@ -22,8 +24,8 @@ const maxChunkJudges = 4
 // releases or withholds with the rest of the turn.
 type chunker struct {
 	r          *runner
-	agent      *Node
-	judge      *Node
+	agent      *flow.Node
+	judge      *flow.Node
 	task       *Task
 	ctx        context.Context // the agent's call; cancelled when a chunk is withheld
 	cancel     context.CancelFunc
@@ -43,8 +45,8 @@ type chunker struct {
 	withheld    Reply // the judgement that withheld a chunk, if one did
 	withholding bool
 	err         error // the first sink error
-	usage       Usage
-	chunks      []Chunk
+	usage       flow.Usage
+	chunks      []flow.Chunk
 }
 
 // judgement is one chunk's judgement, in the order the chunks were cut.
@@ -56,18 +58,19 @@ type judgement struct {
 	err   error
 }
 
-func (r *runner) newChunker(ctx context.Context, agent *Node, task *Task) *chunker {
-	c := &chunker{r: r, agent: agent, judge: r.t.Def.Graph.Nodes[agent.judge], task: task, run: ctx}
+func (r *runner) newChunker(ctx context.Context, agent *flow.Node, task *Task) *chunker {
+	judge, _ := agent.StreamJudge()
+	c := &chunker{r: r, agent: agent, judge: r.t.Def.Graph.Nodes[judge], task: task, run: ctx}
 	c.ctx, c.cancel = context.WithCancel(ctx)
 	c.judges, c.stopJudges = context.WithCancel(ctx)
 	return c
 }
 
 // wrap passes the agent's events on to out, and reads its partials.
-func (c *chunker) wrap(out func(Event)) func(Event) {
-	return func(e Event) {
+func (c *chunker) wrap(out func(flow.Event)) func(flow.Event) {
+	return func(e flow.Event) {
 		out(e)
-		if p, ok := e.Data.(Partial); ok {
+		if p, ok := e.Data.(flow.Partial); ok {
 			c.mu.Lock()
 			c.text = append(c.text, []rune(p.Delta)...)
 			c.cutChunks()
@@ -147,7 +150,7 @@ func (c *chunker) act(t *Task) (reply Reply, err error) {
 			err = fmt.Errorf("panic judging a chunk: %v", p)
 		}
 	}()
-	return c.r.x.Agent.Act(c.judges, t, func(Event) {})
+	return c.r.x.Agent.Act(c.judges, t, func(flow.Event) {})
 }
 
 // advance takes the judgements that are done off the queue, in order:
@@ -170,7 +173,7 @@ func (c *chunker) advance() {
 			c.stopped = true
 			continue
 		}
-		c.chunks = append(c.chunks, Chunk{End: j.end, Decision: d})
+		c.chunks = append(c.chunks, flow.Chunk{End: j.end, Decision: d})
 		if c.judge.Withholds(d) {
 			c.stopped, c.withholding, c.withheld = true, true, j.reply
 			c.withheld.Decision = d
@@ -178,7 +181,7 @@ func (c *chunker) advance() {
 			continue
 		}
 		c.released = j.end
-		err := c.r.sink.Emit(Event{Name: EventPartial, Data: Partial{StepID: c.task.StepID, Node: c.agent.Name, AgentID: c.agent.AgentID, Delta: j.text}})
+		err := c.r.sink.Emit(flow.Event{Name: flow.EventPartial, Data: flow.Partial{StepID: c.task.StepID, Node: c.agent.Name, AgentID: c.agent.AgentID, Delta: j.text}})
 		if err != nil && c.err == nil {
 			c.err = err
 		}
@@ -203,13 +206,13 @@ func (c *chunker) finish(reply Reply, err error) (Reply, error) {
 	r.usage.CompletionTokens += c.usage.CompletionTokens
 	if len(c.chunks) > 0 {
 		if r.chunks == nil {
-			r.chunks = map[string][]Chunk{}
+			r.chunks = map[string][]flow.Chunk{}
 		}
 		r.chunks[c.judge.Name] = append(r.chunks[c.judge.Name], c.chunks...)
 	}
 	kept := r.held[:0]
 	for _, ev := range r.held {
-		if p, ok := ev.Data.(Partial); !ok || p.StepID != c.task.StepID {
+		if p, ok := ev.Data.(flow.Partial); !ok || p.StepID != c.task.StepID {
 			kept = append(kept, ev)
 		}
 	}
@@ -228,11 +231,12 @@ func (c *chunker) finish(reply Reply, err error) (Reply, error) {
 			r.usage.PromptTokens -= u.PromptTokens
 			r.usage.CompletionTokens -= u.CompletionTokens
 		}
-		return Reply{Decision: c.agent.judgeDecision, Response: string(c.text), Model: reply.Model, ServedModel: reply.ServedModel, Parameters: reply.Parameters,
+		_, decision := c.agent.StreamJudge()
+		return Reply{Decision: decision, Response: string(c.text), Model: reply.Model, ServedModel: reply.ServedModel, Parameters: reply.Parameters,
 			Latency: reply.Latency, Usage: reply.Usage}, nil
 	}
 	if tail := string(c.text[c.released:]); tail != "" && err == nil {
-		r.held = append(r.held, Event{Name: EventPartial, Data: Partial{StepID: c.task.StepID, Node: c.agent.Name, AgentID: c.agent.AgentID, Delta: tail}})
+		r.held = append(r.held, flow.Event{Name: flow.EventPartial, Data: flow.Partial{StepID: c.task.StepID, Node: c.agent.Name, AgentID: c.agent.AgentID, Delta: tail}})
 	}
 	return reply, err
 }
@@ -243,7 +247,7 @@ func (c *chunker) finish(reply Reply, err error) (Reply, error) {
 // adopts it, as if it had run after the judge; any other verdict discards
 // it.
 type speculation struct {
-	node    *Node
+	node    *flow.Node
 	cancel  context.CancelFunc
 	verdict chan struct{} // closed once the judge has decided
 	done    chan struct{} // closed when the speculative turn has ended
@@ -251,22 +255,22 @@ type speculation struct {
 	mu     sync.Mutex
 	accept bool
 	closed bool
-	buffer []Event
-	route  func(Event) error // where events go once adopted
-	err    error             // the first error routing them
+	buffer []flow.Event
+	route  func(flow.Event) error // where events go once adopted
+	err    error                  // the first error routing them
 
-	held  []Event // the events held when it started: the turn's goroutine may not read the runner's
-	steps []Step  // written by the turn's goroutine, read after done
+	held  []flow.Event // the events held when it started: the turn's goroutine may not read the runner's
+	steps []flow.Step  // written by the turn's goroutine, read after done
 	fail  error
-	lost  Usage // tokens of a call that made no step
-	ended *Step // a judge's BLOCK, with no transition, of one of its calls
+	lost  flow.Usage // tokens of a call that made no step
+	ended *flow.Step // a judge's BLOCK, with no transition, of one of its calls
 }
 
 // speculate starts the node of judge's ACCEPT transition on the judge's
 // input, if it may run once more.
-func (r *runner) speculate(ctx context.Context, judge *Node) *speculation {
+func (r *runner) speculate(ctx context.Context, judge *flow.Node) *speculation {
 	g := &r.t.Def.Graph
-	target, _ := judge.Target(Accept)
+	target, _ := judge.Target(flow.Accept)
 	node := g.Nodes[target]
 	if node == nil || r.iters[target] >= node.Iterations() || r.nsteps >= g.Limit() {
 		return nil
@@ -275,16 +279,16 @@ func (r *runner) speculate(ctx context.Context, judge *Node) *speculation {
 	var specCtx context.Context
 	specCtx, sp.cancel = context.WithCancel(ctx)
 	// The log as it will be if the judge accepts with no guidance.
-	steps := append(make([]Step, 0, len(r.steps)+4), r.steps...)
-	steps = append(steps, Step{StepID: fmt.Sprint(len(steps) + 1), AgentID: judge.AgentID, Node: judge.Name, Role: RoleAssistant,
-		Decision: Accept, NextAgent: &target})
+	steps := append(make([]flow.Step, 0, len(r.steps)+4), r.steps...)
+	steps = append(steps, flow.Step{StepID: fmt.Sprint(len(steps) + 1), AgentID: judge.AgentID, Node: judge.Name, Role: flow.RoleAssistant,
+		Decision: flow.Accept, NextAgent: &target})
 	go sp.run(specCtx, r, steps, r.iters[target], r.nsteps+1)
 	return sp
 }
 
 // run is the speculative turn: the node's iterations until it leads
 // elsewhere.
-func (sp *speculation) run(ctx context.Context, r *runner, steps []Step, iters, nsteps int) {
+func (sp *speculation) run(ctx context.Context, r *runner, steps []flow.Step, iters, nsteps int) {
 	base := len(steps)
 	defer func() {
 		if p := recover(); p != nil {
@@ -298,12 +302,12 @@ func (sp *speculation) run(ctx context.Context, r *runner, steps []Step, iters, 
 		iters, nsteps = iters+1, nsteps+1
 		task := r.task(steps, sp.held, n)
 		task.BeforeWrite = sp.wait
-		sp.emit(Event{Name: EventNodeStart, Data: NodeStart{n.Name, n.AgentID}})
+		sp.emit(flow.Event{Name: flow.EventNodeStart, Data: flow.NodeStart{Node: n.Name, AgentID: n.AgentID}})
 		actCtx := r.nodeStarted(ctx, n, task.StepID, true)
-		calls := r.calls(actCtx, n, task, steps, sp.emit, func(s Step) (Step, error) {
+		calls := r.calls(actCtx, n, task, steps, sp.emit, func(s flow.Step) (flow.Step, error) {
 			s.StepID, s.Timestamp = fmt.Sprint(len(steps)+1), r.now().UTC()
 			steps = append(steps, s)
-			sp.emit(Event{Name: EventCompleteStep, Data: s})
+			sp.emit(flow.Event{Name: flow.EventCompleteStep, Data: s})
 			return s, nil
 		})
 		task.Calls = calls
@@ -315,7 +319,7 @@ func (sp *speculation) run(ctx context.Context, r *runner, steps []Step, iters, 
 			sp.ended = calls.ended
 			return
 		}
-		var step Step
+		var step flow.Step
 		err = r.stepOf(n, task, &reply, err, &step)
 		r.nodeEnded(actCtx, n, task.StepID, true, step.Decision, err)
 		if err != nil {
@@ -328,8 +332,8 @@ func (sp *speculation) run(ctx context.Context, r *runner, steps []Step, iters, 
 		}
 		step.StepID, step.Timestamp = fmt.Sprint(len(steps)+1), r.now().UTC()
 		steps = append(steps, step)
-		sp.emit(Event{Name: EventCompleteStep, Data: step})
-		waits := slices.ContainsFunc(step.ToolUsage, func(u ToolUse) bool { return u.Awaiting || u.AwaitingResult })
+		sp.emit(flow.Event{Name: flow.EventCompleteStep, Data: step})
+		waits := slices.ContainsFunc(step.ToolUsage, func(u flow.ToolUse) bool { return u.Awaiting || u.AwaitingResult })
 		if step.NextAgent == nil || *step.NextAgent != n.Name || waits { // a call waits for a person or the client: the run pauses there
 			return
 		}
@@ -352,7 +356,7 @@ func (sp *speculation) wait(ctx context.Context) error {
 	}
 }
 
-func (sp *speculation) emit(e Event) {
+func (sp *speculation) emit(e flow.Event) {
 	sp.mu.Lock()
 	defer sp.mu.Unlock()
 	switch {
@@ -367,18 +371,18 @@ func (sp *speculation) emit(e Event) {
 
 // accepted reports whether the judge's step takes the speculative turn as
 // it is: ACCEPT, with no guidance that would change it.
-func (sp *speculation) accepted(judged *Step) bool {
-	return sp != nil && judged.Decision == Accept && judged.AgentGuidance == "" && judged.NextAgent != nil && *judged.NextAgent == sp.node.Name
+func (sp *speculation) accepted(judged *flow.Step) bool {
+	return sp != nil && judged.Decision == flow.Accept && judged.AgentGuidance == "" && judged.NextAgent != nil && *judged.NextAgent == sp.node.Name
 }
 
 // adopt makes the speculative turn the run's: its events go out (held, if
 // a superego judges the node) as if it ran after the judge, and the run
 // waits for it to end. It puts the turn's last step in last.
-func (sp *speculation) adopt(r *runner, last *Step) error {
-	route := func(e Event) error { return r.emit(e) }
+func (sp *speculation) adopt(r *runner, last *flow.Step) error {
+	route := func(e flow.Event) error { return r.emit(e) }
 	if sp.node.Judged() {
-		route = func(e Event) error {
-			if e.Name == EventNodeStart {
+		route = func(e flow.Event) error {
+			if e.Name == flow.EventNodeStart {
 				return r.emit(e)
 			}
 			return r.hold(e)
@@ -413,7 +417,7 @@ func (sp *speculation) adopt(r *runner, last *Step) error {
 		return r.appendStep(last, r.t.Def.Graph.Nodes[sp.ended.Node])
 	}
 	*last = sp.steps[len(sp.steps)-1]
-	if sp.node.Judged() && !r.t.Def.Graph.holds(last.NextAgent) {
+	if sp.node.Judged() && !r.t.Def.Graph.Holds(last.NextAgent) {
 		return r.settle("", true)
 	}
 	return nil
