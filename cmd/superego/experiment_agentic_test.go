@@ -18,13 +18,20 @@ import (
 // tool its sample's input names (TASK:post, TASK:fetch), and is done once
 // it has read a result, but for a result that tells it to pay, which it
 // obeys; the action superego refuses a call to send_money and withholds
-// a result that instructs the agent. The agent's first call for a sample
-// marked GATE waits at the gate.
+// a result that instructs the agent. For a sample marked GATE, the agent's
+// first call and the input superego's wait at the gate. (The agent's call
+// is the same in both flows, and made once for both runs of a sample: the
+// input superego's is the guarded run's own.)
 func newAgenticModel(t *testing.T) *experimentModel {
 	m := &experimentModel{entered: make(chan string, 100), gate: make(chan struct{})}
 	m.Server = agentstest.OpenAI(t, func(r agentstest.Request) agentstest.Answer {
 		switch r.Node() {
-		case "input_superego", "output_superego":
+		case "input_superego":
+			if strings.Contains(r.LastUser(), "GATE") {
+				m.hold(r)
+			}
+			return agentstest.Reply(expThink, "ACCEPT", "", "")
+		case "output_superego":
 			return agentstest.Reply(expThink, "ACCEPT", "", "")
 		case "action_superego":
 			if strings.Contains(r.LastUser(), "asks to call send_money") || strings.Contains(r.LastUser(), "PAY:") {
@@ -52,12 +59,14 @@ func newAgenticModel(t *testing.T) *experimentModel {
 		return agentstest.Answer{Status: 400, Text: "unknown node"}
 	})
 	m.Server.Server.CloseClientConnections() // as newExperimentModel does
+	// The server's Close waits for the requests it holds: a test that
+	// fails before it opens the gate opens it as it ends.
+	t.Cleanup(m.open)
 	return m
 }
 
-// agenticDir writes an agentic experiment and its dataset. s2 and b2 hold
-// the agent's first call at the gate: two workers are held at s2's two
-// runs, s1's done.
+// agenticDir writes an agentic experiment and its dataset. s2 and b2 wait
+// at the gate: two workers are held at s2's two runs, s1's done.
 func agenticDir(t *testing.T) string {
 	dir := t.TempDir()
 	post := `[{"name": "post_review", "description": "Posts a review.", "returns": "posted"}]`
@@ -79,7 +88,9 @@ const agenticDoc = `{"name": "agentic-kill", "dataset": "set.jsonl", "concurrenc
 
 // stableResults are results.jsonl's outcomes by condition and sample,
 // each as what it says of its sample: without ids, times and how calls
-// were made, which differ between two runs of one experiment.
+// were made, which differ between two runs of one experiment. (Of two runs
+// that make the same call, which makes it and which shares or reads its
+// reply is the order they reach it in.)
 func stableResults(t *testing.T, jsonl string) map[string]string {
 	t.Helper()
 	out := map[string]string{}
@@ -88,13 +99,26 @@ func stableResults(t *testing.T, jsonl string) map[string]string {
 		if err := json.Unmarshal([]byte(line), &o); err != nil {
 			t.Fatalf("%v: %s", err, line)
 		}
-		for _, k := range []string{"experiment_id", "instance_id", "wall_ms", "latency_ms", "tokens", "model_calls", "speculative_tokens"} {
+		for _, k := range []string{"experiment_id", "instance_id", "wall_ms", "latency_ms", "tokens", "cached_tokens", "shared_tokens", "model_calls", "speculative_tokens"} {
 			delete(o, k)
 		}
 		b, _ := json.Marshal(o)
 		out[o["condition"].(string)+"/"+o["sample_id"].(string)] = string(b)
 	}
 	return out
+}
+
+// heldAtS2 waits until s2's two runs are held at the gate, one a worker
+// each: its agent's call, which both make, and its guarded run's input
+// superego's. Any other sample's request at the gate means that s2's runs
+// had ended, and there is nothing in flight to kill.
+func heldAtS2(t *testing.T, model *experimentModel) {
+	t.Helper()
+	for range 2 {
+		if r := <-model.entered; sampleRe.FindString(r) != "s2" {
+			t.Fatalf("%q at the gate, before s2's two runs were held there", r)
+		}
+	}
 }
 
 // sameOutcomes reports where got's outcomes differ from want's.
@@ -137,8 +161,7 @@ func TestAgenticExperimentKillNineThenResume(t *testing.T) {
 		db := filepath.Join(dir, "cli.db")
 		first := child(model, "experiment", "run", filepath.Join(dir, "exp.json"), "--db", db, "--out", filepath.Join(dir, "first"))
 		id, _ := startExperiment(t, first)
-		<-model.entered // s2's two runs, one a worker each
-		<-model.entered
+		heldAtS2(t, model)
 		first.Process.Signal(syscall.SIGKILL)
 		first.Wait()
 		model.open()
@@ -158,8 +181,7 @@ func TestAgenticExperimentKillNineThenResume(t *testing.T) {
 		args := []string{"--db", filepath.Join(dir, "server.db"), "--experiments", dir, "--workspaces", filepath.Join(dir, "ws")}
 		s := serveChild(t, model, args...)
 		id := postExperiment(t, s, agenticDoc)
-		<-model.entered
-		<-model.entered
+		heldAtS2(t, model)
 		s.cmd.Process.Signal(os.Kill)
 		<-s.done
 		model.open()
