@@ -372,7 +372,7 @@ func infoOf(tool tools.Tool) engine.ToolInfo {
 }
 
 // ToolInfo is what the task's node is offered as the tool name, as its
-// calls' judges are told of it (flow.ToolDescriber): a replay asks a judge
+// calls' judges are told of it (engine.ToolDescriber): a replay asks a judge
 // again about a recorded call as the call's judge was asked.
 func (a *Agent) ToolInfo(t *engine.Task, name string) (engine.ToolInfo, bool) {
 	for _, tool := range a.offer(t).tools {
@@ -383,9 +383,9 @@ func (a *Agent) ToolInfo(t *engine.Task, name string) (engine.ToolInfo, bool) {
 	return engine.ToolInfo{}, false
 }
 
-// prepare makes the model's i-th tool call ready to decide (flow.Calls):
+// prepare makes the model's i-th tool call ready to decide (engine.Calls):
 // the call as the model made it, what the executor must know of its tool
-// (the schema of its parameters included: flow.Calls decodes the
+// (the schema of its parameters included: engine.Calls decodes the
 // arguments), and how to run it with the arguments decoded. A call to a
 // tool the node was not offered runs nothing and answers the model why. A
 // tool's error goes back to the model as its result.

@@ -85,7 +85,7 @@ func execute(t *testing.T, def string, agent *agents.Agent, input string) run {
 	}
 	var r run
 	x := &engine.Executor{Agent: agent}
-	r.out = x.Run(context.Background(), engine.Turn{FlowID: "calc", Def: d, InstanceID: "i", RunID: "r", Input: input},
+	r.out = x.Execute(context.Background(), engine.Turn{FlowID: "calc", Def: d, InstanceID: "i", RunID: "r", Input: input},
 		engine.Sink{Emit: func(evs ...flow.Event) error { r.events = append(r.events, evs...); return nil }})
 	return r
 }

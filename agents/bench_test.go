@@ -39,7 +39,7 @@ func BenchmarkGuardedCalculator(b *testing.B) {
 	}}
 	b.ReportAllocs()
 	for b.Loop() {
-		out := x.Run(context.Background(), engine.Turn{FlowID: "calc", Def: def, InstanceID: "i", RunID: "r", Input: "What is 5*10?"}, emit)
+		out := x.Execute(context.Background(), engine.Turn{FlowID: "calc", Def: def, InstanceID: "i", RunID: "r", Input: "What is 5*10?"}, emit)
 		if out.Status != flow.StatusCompleted {
 			b.Fatal(out)
 		}

@@ -26,7 +26,7 @@ func TestRepliesAreCachedByScope(t *testing.T) {
 	runWith := func(scope string) (engine.Outcome, []flow.Step, string) {
 		var steps []flow.Step
 		var partials strings.Builder
-		out := (&engine.Executor{Agent: agent}).Run(context.Background(),
+		out := (&engine.Executor{Agent: agent}).Execute(context.Background(),
 			engine.Turn{FlowID: "calc", Def: d, InstanceID: "i", RunID: "r", Input: "What is 6*7?", Options: flow.RunOptions{Cache: scope}},
 			engine.Sink{Emit: func(evs ...flow.Event) error {
 				for _, e := range evs {

@@ -1,6 +1,6 @@
 // Package agents runs flow nodes on language models through langchaingo:
 // the superego, which judges a message against its constitution, and the
-// inner agent, which does the work with tools. It implements flow.Agent.
+// inner agent, which does the work with tools. It implements engine.Agent.
 //
 // The model protocol is SPEC §6: tools through the provider's native tool
 // calling, otherwise one JSON object {thinking, decision, agent_guidance,

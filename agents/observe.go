@@ -54,7 +54,7 @@ type ModelResult struct {
 	Duration time.Duration // from Start to the call's end
 	Usage    *flow.Usage   // as the provider reported it; nil when it did not
 	// Response is the reply's response, with Observer.Content, where the
-	// task's turn is not held (flow.Task.Held).
+	// task's turn is not held (engine.Task.Held).
 	Response string
 }
 

@@ -33,7 +33,7 @@ func TestStepsSayWhatTheProviderServedAndWasSent(t *testing.T) {
 			}
 			run := func(opts flow.RunOptions) []flow.Step {
 				var steps []flow.Step
-				(&engine.Executor{Agent: agent}).Run(context.Background(),
+				(&engine.Executor{Agent: agent}).Execute(context.Background(),
 					engine.Turn{FlowID: "calc", Def: d, InstanceID: "i", RunID: "r", Input: "What is 5*10?", Options: opts},
 					engine.Sink{Emit: func(evs ...flow.Event) error {
 						for _, e := range evs {

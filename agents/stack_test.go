@@ -163,7 +163,7 @@ func executeStacked(t *testing.T, agent *agents.Agent, lib flow.Library, stack [
 		t.Fatal(err)
 	}
 	var r run
-	r.out = (&engine.Executor{Agent: agent, Library: lib}).Run(context.Background(),
+	r.out = (&engine.Executor{Agent: agent, Library: lib}).Execute(context.Background(),
 		engine.Turn{FlowID: "s", Def: d, InstanceID: "i", RunID: "r", Input: userInput, Options: flow.RunOptions{Stack: stack}},
 		engine.Sink{Emit: func(evs ...flow.Event) error { r.events = append(r.events, evs...); return nil }})
 	return r

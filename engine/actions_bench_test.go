@@ -90,7 +90,7 @@ func BenchmarkRuledCalls(b *testing.B) {
 			cpu0 := cpuTime(b)
 			for b.Loop() {
 				runs++
-				if out := x.Run(context.Background(), engine.Turn{FlowID: "ruled", Def: def, InstanceID: "i", RunID: "r", Input: "Write today's notes."}, sink); out.Status != flow.StatusCompleted {
+				if out := x.Execute(context.Background(), engine.Turn{FlowID: "ruled", Def: def, InstanceID: "i", RunID: "r", Input: "Write today's notes."}, sink); out.Status != flow.StatusCompleted {
 					b.Fatal(out)
 				}
 			}

@@ -41,7 +41,7 @@ func BenchmarkRun(b *testing.B) {
 	}}
 	b.ReportAllocs()
 	for b.Loop() {
-		if out := x.Run(context.Background(), engine.Turn{FlowID: "g", Def: def, InstanceID: "i", RunID: "r", Input: "What is 5*10?"}, emit); out.Status != flow.StatusCompleted {
+		if out := x.Execute(context.Background(), engine.Turn{FlowID: "g", Def: def, InstanceID: "i", RunID: "r", Input: "What is 5*10?"}, emit); out.Status != flow.StatusCompleted {
 			b.Fatal(out)
 		}
 	}

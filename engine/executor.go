@@ -2,120 +2,17 @@ package engine
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
 	"runtime/debug"
 	"slices"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
 	"superego/flow"
 )
-
-// Agent runs one node once: one model call, and the tools the model asks for.
-// It may emit partial_output, tool_call and tool_result events as they happen.
-type Agent interface {
-	Act(ctx context.Context, t *Task, emit func(flow.Event)) (Reply, error)
-}
-
-// Task is everything a node's agent is given for one iteration.
-type Task struct {
-	FlowID     string
-	InstanceID string
-	Node       *flow.Node
-	StepID     string // of the step this iteration will append
-
-	History      []flow.Step // earlier turns, hidden fields removed
-	UserMessage  string      // the message that opened this turn
-	Input        string      // the message this node works on
-	InputFrom    string      // agent id that produced Input; "" for the user
-	Guidance     string      // agent_guidance of the step before this node's turn
-	GuidanceFrom string
-	ToolRounds   []flow.Step // this node's NEEDS_TOOL steps just before, oldest first
-	Decisions    []string    // what the model may decide
-
-	// Supervised, in a flow with rules, references or supervisors, for an
-	// inner agent or a supervisor (a node with allowed_actions): what makes
-	// the instance's context, which package supervision reads.
-	Supervised *Supervised
-
-	// Cache, where set, lets the agent reuse model replies recorded under
-	// it (RunOptions.Cache); Tags say what the run is part of
-	// (RunOptions.Tags): an experiment's runs record what their model
-	// calls sent and were answered, for its provenance.
-	Cache string
-	Tags  map[string]string
-
-	// Chunk, for a superego, asks it to judge one part of a draft that is
-	// still being written (judge_stream, SPEC §3a); Input is then unused.
-	Chunk *DraftChunk
-	// BeforeWrite, where set, is called before a tool that changes
-	// anything runs, and the tool runs only if it returns nil: a
-	// speculative turn's writes wait there for the judge's verdict (§3b).
-	BeforeWrite func(ctx context.Context) error
-	// Calls decides, records and runs the tool calls of this iteration's
-	// reply (SPEC §3c); where it is nil, the agent lets every call run.
-	Calls *Calls
-	// Approved are this node's calls that waited for a person's review,
-	// now answered: the agent runs those approved and refuses the rest, as
-	// they say, with no model call.
-	Approved []flow.ToolUse
-	// Action, for a superego, is a tool call or result to judge (§3c);
-	// Input is its text.
-	Action *Action
-	// Client, for the agent that takes a client's tools, is what the
-	// request offers it (SPEC §4a).
-	Client *flow.ClientTools
-	// Stack, for a superego that takes one, is the user constitutions it
-	// judges under on top of its own, the floor (SPEC §10).
-	Stack []flow.Layer
-
-	fromWithheld bool // Input is a draft a superego withheld
-}
-
-// DraftChunk is a part of a streaming draft to judge, and the text before
-// it that was judged already.
-type DraftChunk struct {
-	Before string
-	Text   string
-}
-
-// Supervised is what makes an instance's context: the rules and references
-// it starts with, its steps so far (this turn's included, hidden fields
-// removed), whose tool calls record its supervisors' changes, and the tools
-// its flow's inner agents name, which the changes may be about.
-type Supervised struct {
-	Base  []flow.ContextItem
-	Steps []flow.Step
-	Tools []string
-}
-
-// Reply is what an agent's model answered.
-type Reply struct {
-	Thinking      string
-	Decision      string
-	AgentGuidance string
-	Response      string
-	ToolUsage     []flow.ToolUse
-	// Basis is what a stacked judge said its decision rests on: "floor"
-	// or a name of its stack, as the model wrote it.
-	Basis string
-	// Final says the tool calls ended the node's turn, and Decision
-	// stands: a worker that has written its output is done.
-	Final bool
-	Model string
-	// ServedModel and Parameters are the step's (Step.ServedModel).
-	ServedModel string
-	Parameters  *flow.Parameters
-	Usage       *flow.Usage
-	Latency     time.Duration
-	Cached      bool // the model's reply came from the cache, with no call
-	Shared      bool // with Cached: from the same call in flight for another run
-}
 
 // Executor runs turns of flow instances. Its zero value needs an Agent.
 type Executor struct {
@@ -177,16 +74,16 @@ type Sink struct {
 	Sync func() error
 }
 
-// Run executes one turn and reports it to sink: run_start with the user's
+// Execute runs one turn and reports it to sink: run_start with the user's
 // complete_step, then per node node_start, partials and tool events,
 // complete_step, and last done. Where a superego will judge an inner
 // agent's turn, that turn is held, and released or withheld by the
 // judgement (SPEC §3a). An error from the sink fails the run: a step that
 // cannot be recorded must not be acted on. A run stopped by the engine's
 // shutdown ends without done, so that it resumes at the next start.
-func (x *Executor) Run(ctx context.Context, t Turn, sink Sink) Outcome {
+func (x *Executor) Execute(ctx context.Context, t Turn, sink Sink) Outcome {
 	r := x.newRunner(&t, sink)
-	return r.end(r.run(ctx))
+	return r.end(r.walk(ctx))
 }
 
 // newRunner sets a run of t up, which it keeps and may change. It is apart
@@ -416,8 +313,9 @@ func (r *runner) withhold(group []flow.Event, judge string, sent map[string]bool
 	return group
 }
 
-// run runs the turn; a panic in it ends the run failed, not the process.
-func (r *runner) run(ctx context.Context) (ended Outcome) {
+// walk runs the turn from node to node; a panic in it ends the run
+// failed, not the process.
+func (r *runner) walk(ctx context.Context) (ended Outcome) {
 	defer func() {
 		if p := recover(); p != nil {
 			ended = Outcome{Status: flow.StatusFailed, Err: &panicked{fmt.Sprintf("panic in node %s: %v", r.cur, p), debug.Stack()}}
@@ -1200,261 +1098,4 @@ func decide(node *flow.Node, allowed []string, reply *Reply, s *flow.Step) (stri
 	var err error
 	s.Decision, s.Fallback, target, err = node.Decide(reply.Decision, allowed)
 	return target, err
-}
-
-// heldSteps are the ids of the steps of held, a held turn's events.
-func heldSteps(held []flow.Event) map[string]bool {
-	ids := map[string]bool{}
-	for _, ev := range held {
-		if s, ok := ev.Data.(flow.Step); ok {
-			ids[s.StepID] = true
-		}
-	}
-	return ids
-}
-
-// task gathers what node's agent needs from steps, the log so far; held are
-// the events held now (SPEC §3a).
-func (r *runner) task(steps []flow.Step, held []flow.Event, node *flow.Node) *Task {
-	t := &Task{
-		FlowID:      r.t.FlowID,
-		InstanceID:  r.t.InstanceID,
-		Cache:       r.t.Options.Cache,
-		Tags:        r.t.Options.Tags,
-		Node:        node,
-		StepID:      strconv.Itoa(len(steps) + 1),
-		UserMessage: r.t.Input,
-		Input:       r.t.Input,
-		Decisions:   node.Decisions(),
-		Stack:       stackFor(node, r.stack),
-	}
-	if slices.Contains(node.Tools, flow.Client) && node.Type == flow.InnerAgent {
-		t.Client = r.t.Options.Client
-	}
-	t.History = r.earlier(steps)
-	this := steps[r.turn+1:]
-	i := len(this)
-	// The agent's rounds just before, with the judgements of their calls
-	// (§3c) between them: a judgement is no reason to forget a round, and
-	// a judge's guidance is for no agent.
-	for i > 0 && (this[i-1].Judged != nil || this[i-1].Node == node.Name && (this[i-1].Decision == flow.NeedsTool || this[i-1].AgentID == flow.Reviewer)) {
-		i--
-	}
-	t.ToolRounds = toolRounds(this[i:])
-	if r.context != nil && (node.Type == flow.InnerAgent || len(node.AllowedActions) > 0) {
-		// What a supervisor reads of the steps can reach a client in its
-		// own step's tool_usage: no hidden field, and nothing of a draft
-		// that is held or was withheld (§3a).
-		held := heldSteps(held)
-		visible := slices.Clone(steps)
-		for i := range visible {
-			s := &visible[i]
-			withoutHidden(s)
-			if s.Withheld != "" || held[s.StepID] {
-				s.Response, s.ToolUsage = "", nil
-			}
-		}
-		sv := *r.context
-		sv.Steps = visible
-		t.Supervised = &sv
-	}
-	if i > 0 {
-		t.Guidance, t.GuidanceFrom = this[i-1].AgentGuidance, this[i-1].AgentID
-	}
-	for j := len(this) - 1; j >= 0; j-- {
-		s := &this[j]
-		if s.Response != "" && s.Decision == flow.Modify {
-			t.Input = s.Response // the user's message, as a supervisor rewrote it
-			break
-		}
-		// A step whose node left the flow is read as a superego's: it
-		// cannot have been a draft the flow now knows how to judge.
-		if n := r.t.Def.Graph.Nodes[s.Node]; s.Response != "" && n != nil && n.Type == flow.InnerAgent {
-			t.Input, t.InputFrom, t.fromWithheld = s.Response, s.AgentID, s.Withheld != ""
-			break
-		}
-	}
-	return t
-}
-
-// toolRounds are an agent's tool rounds as its model reads them: a call
-// that waited for a person's review, or for a client's result (§4a), is
-// read in its place among its reply's calls, as it ran or was refused once
-// answered; the answers themselves, and the judgements of the calls, are
-// no rounds.
-func toolRounds(steps []flow.Step) []flow.Step {
-	waited := func(s flow.Step) bool {
-		return s.AgentID == flow.Reviewer || s.Judged != nil || slices.ContainsFunc(s.ToolUsage, func(u flow.ToolUse) bool { return u.Awaiting || u.AwaitingResult })
-	}
-	if !slices.ContainsFunc(steps, waited) {
-		return steps
-	}
-	answer := map[string]flow.ToolUse{} // a waited call's use once answered, by id
-	for _, s := range steps {
-		for _, u := range s.ToolUsage {
-			if s.AgentID != flow.Reviewer && s.Judged == nil && !u.Awaiting && !u.AwaitingResult {
-				answer[u.ID] = u
-			}
-		}
-	}
-	out := make([]flow.Step, 0, len(steps))
-	moved := map[string]bool{} // answers read in their call's place
-	for _, s := range steps {
-		if s.AgentID == flow.Reviewer || s.Judged != nil {
-			continue
-		}
-		uses := make([]flow.ToolUse, 0, len(s.ToolUsage))
-		for _, u := range s.ToolUsage {
-			switch a, ok := answer[u.ID]; {
-			case (u.Awaiting || u.AwaitingResult) && ok:
-				uses, moved[u.ID] = append(uses, a), true
-			case !u.Awaiting && !u.AwaitingResult && moved[u.ID]:
-			default:
-				uses = append(uses, u)
-			}
-		}
-		s.ToolUsage = uses
-		out = append(out, s)
-	}
-	return out
-}
-
-// withoutHidden takes the step's hidden fields out, its tool usage copied
-// where a result it held was withheld.
-func withoutHidden(s *flow.Step) {
-	s.Thinking, s.AgentGuidance, s.WithheldResponse, s.WithheldToolUsage = "", "", "", nil
-	if slices.ContainsFunc(s.ToolUsage, func(u flow.ToolUse) bool { return u.WithheldOutput != "" }) {
-		s.ToolUsage = slices.Clone(s.ToolUsage)
-		for i := range s.ToolUsage {
-			s.ToolUsage[i].WithheldOutput = ""
-		}
-	}
-}
-
-// earlier is the visible transcript before this turn, which every task of
-// the turn is given: made once, and shared, for agents only read it, and a
-// conversation of thousands of messages is not copied for each task. The
-// steps before the turn have their hidden fields taken out where they are,
-// in steps, which nothing reads them in once the turn's tasks begin; where
-// none was withheld, the transcript is those steps, not a copy.
-func (r *runner) earlier(steps []flow.Step) []flow.Step {
-	r.historyOnce.Do(func() {
-		past := steps[:r.turn:r.turn]
-		for i := range past {
-			withoutHidden(&past[i])
-		}
-		withheld := func(s flow.Step) bool { return s.Withheld != "" } // the user never saw it
-		if !slices.ContainsFunc(past, withheld) {
-			r.history = past
-			return
-		}
-		r.history = slices.DeleteFunc(slices.Clone(past), withheld)
-	})
-	return r.history
-}
-
-// redacted is an error whose message had hidden text taken out.
-type redacted struct {
-	msg string
-	err error
-}
-
-func (r *redacted) Error() string { return r.msg }
-func (r *redacted) Unwrap() error { return r.err }
-
-// redact takes hidden text out of an error's message: a provider's error
-// may quote the request, and the request holds what a client must not see.
-func redact(err error, hidden ...string) error {
-	msg := Hider(hidden).Replace(err.Error())
-	if msg == err.Error() {
-		return err
-	}
-	return &redacted{msg, err}
-}
-
-// Hider replaces each of the hidden texts with "[hidden]", as it is and as
-// JSON quotes it (a request, and a tool's result, may be JSON).
-func Hider(hidden []string) *strings.Replacer {
-	var pairs []string
-	for _, h := range hidden {
-		if strings.TrimSpace(h) == "" {
-			continue
-		}
-		pairs = append(pairs, h, "[hidden]")
-		if q, _ := json.Marshal(h); string(q[1:len(q)-1]) != h {
-			pairs = append(pairs, string(q[1:len(q)-1]), "[hidden]")
-		}
-	}
-	return strings.NewReplacer(pairs...)
-}
-
-// Hidden is what the task's request to a model holds that a client of
-// the run has not been shown, and may never be: the previous node's
-// agent_guidance, a draft under judgement, a held turn's tool results. (A
-// supervisor's view of the steps, Supervised, has none of these.) Errors,
-// and an observer that records a prompt, take these out.
-func (t *Task) Hidden() []string {
-	hidden := []string{t.Guidance}
-	if t.InputFrom != "" {
-		hidden = append(hidden, t.Input)
-	}
-	if t.Chunk != nil {
-		hidden = append(hidden, t.Chunk.Before, t.Chunk.Text)
-	}
-	if a := t.Action; a != nil { // a call may be held, a result withheld
-		hidden = append(hidden, string(a.Call.Input), a.Call.Output, a.Call.Error)
-		for _, u := range slices.Concat(a.Others, a.Earlier) {
-			hidden = append(hidden, string(u.Input), u.Output, u.Error)
-		}
-	}
-	if t.Node.Judged() || t.BeforeWrite != nil { // held, or speculative and maybe discarded
-		for _, s := range t.ToolRounds {
-			for _, u := range s.ToolUsage {
-				hidden = append(hidden, string(u.Input), u.Output, u.Error)
-			}
-		}
-	}
-	return hidden
-}
-
-// stackFor is the stack node judges under in a run with stack.
-func stackFor(node *flow.Node, stack []flow.Layer) []flow.Layer {
-	if len(stack) == 0 || !node.TakesStack() {
-		return nil
-	}
-	return stack
-}
-
-// stackEntries is what a step records of the stack it was judged under:
-// the floor, then each layer's name and level.
-func stackEntries(stack []flow.Layer) []flow.StackEntry {
-	if len(stack) == 0 {
-		return nil
-	}
-	out := make([]flow.StackEntry, 0, len(stack)+1)
-	out = append(out, flow.StackEntry{Name: flow.Floor})
-	for _, l := range stack {
-		out = append(out, flow.StackEntry{Name: l.Name, Adherence: l.Adherence})
-	}
-	return out
-}
-
-// basisOf is a judge's basis as a step records it: Floor or a name of the
-// stack, anything else BasisOther; "" where the judge gave none, or judged
-// under no stack. A model may say anything here, and a metric's label
-// takes only these.
-func basisOf(said string, stack []flow.Layer) string {
-	said = strings.ToLower(strings.TrimSpace(said))
-	if said == "" || len(stack) == 0 {
-		return ""
-	}
-	if said == flow.Floor {
-		return flow.Floor
-	}
-	for _, l := range stack {
-		if l.Name == said {
-			return l.Name
-		}
-	}
-	return flow.BasisOther
 }

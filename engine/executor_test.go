@@ -67,7 +67,7 @@ func runTurn(tb testing.TB, def *flow.Definition, agent engine.Agent, prior []fl
 	tb.Helper()
 	var r result
 	x := &engine.Executor{Agent: agent}
-	r.out = x.Run(context.Background(), engine.Turn{FlowID: "f", Def: def, InstanceID: "i", RunID: "r", Steps: prior, Input: input},
+	r.out = x.Execute(context.Background(), engine.Turn{FlowID: "f", Def: def, InstanceID: "i", RunID: "r", Steps: prior, Input: input},
 		engine.Sink{Emit: func(evs ...flow.Event) error {
 			for _, e := range evs {
 				r.events = append(r.events, e)
@@ -252,7 +252,7 @@ func TestCancelledRunEndsCancelled(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	agent := agentFunc(func(t *engine.Task) (engine.Reply, error) { cancel(); return engine.Reply{}, context.Canceled })
 	var done flow.Done
-	out := (&engine.Executor{Agent: agent}).Run(ctx, engine.Turn{Def: mustParse(t, guarded), InstanceID: "i", Input: "x"},
+	out := (&engine.Executor{Agent: agent}).Execute(ctx, engine.Turn{Def: mustParse(t, guarded), InstanceID: "i", Input: "x"},
 		engine.Sink{Emit: func(evs ...flow.Event) error {
 			if d, ok := evs[len(evs)-1].Data.(flow.Done); ok {
 				done = d
@@ -267,7 +267,7 @@ func TestCancelledRunEndsCancelled(t *testing.T) {
 func TestEmitFailureFailsTheRun(t *testing.T) {
 	agent := byNode(map[string][]engine.Reply{"in": {reply("ACCEPT", "")}})
 	var code string
-	out := (&engine.Executor{Agent: agent}).Run(context.Background(), engine.Turn{Def: mustParse(t, guarded), Input: "x"},
+	out := (&engine.Executor{Agent: agent}).Execute(context.Background(), engine.Turn{Def: mustParse(t, guarded), Input: "x"},
 		engine.Sink{Emit: func(evs ...flow.Event) error {
 			for _, e := range evs {
 				if d, ok := e.Data.(flow.ErrorData); ok {

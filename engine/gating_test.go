@@ -98,7 +98,7 @@ func TestSpeculationBesideAHeldDraft(t *testing.T) {
 	})
 	on := true
 	x := &engine.Executor{Agent: agent, Context: []flow.ContextItem{{Kind: "rule", Name: "r", Text: "t", Enabled: &on}}}
-	out := x.Run(context.Background(), engine.Turn{FlowID: "f", Def: def, InstanceID: "i", RunID: "r", Input: "hi"},
+	out := x.Execute(context.Background(), engine.Turn{FlowID: "f", Def: def, InstanceID: "i", RunID: "r", Input: "hi"},
 		engine.Sink{Emit: func(...flow.Event) error { return nil }})
 	if out.Status != flow.StatusCompleted || out.Response != "done" {
 		t.Errorf("%+v", out)
@@ -117,7 +117,7 @@ func TestResumeReleasesAHeldAnswerThatEndsTheRun(t *testing.T) {
 	held := flow.Step{StepID: "2", AgentID: "a", Node: "a", Role: flow.RoleAssistant, Input: "hi", Decision: flow.Complete, Response: "the answer"}
 	var steps []flow.Step
 	x := &engine.Executor{Agent: byNode(nil)}
-	out := x.Run(context.Background(), engine.Turn{FlowID: "f", Def: def, InstanceID: "i", RunID: "r2", Steps: []flow.Step{user},
+	out := x.Execute(context.Background(), engine.Turn{FlowID: "f", Def: def, InstanceID: "i", RunID: "r2", Steps: []flow.Step{user},
 		Held: []flow.Event{{Name: flow.EventCompleteStep, Data: held}}, Resume: true},
 		engine.Sink{Emit: func(evs ...flow.Event) error {
 			for _, e := range evs {
@@ -142,7 +142,7 @@ func TestAWithholdingChunksTokensCountOnce(t *testing.T) {
 	agent := &streamingDraft{}
 	var done flow.Done
 	x := &engine.Executor{Agent: agent}
-	out := x.Run(context.Background(), engine.Turn{FlowID: "f", Def: def, InstanceID: "i", RunID: "r", Input: "hi"},
+	out := x.Execute(context.Background(), engine.Turn{FlowID: "f", Def: def, InstanceID: "i", RunID: "r", Input: "hi"},
 		engine.Sink{Emit: func(evs ...flow.Event) error {
 			for _, e := range evs {
 				if d, ok := e.Data.(flow.Done); ok {
@@ -199,7 +199,7 @@ func TestAReviewRunsAlikeOnAReplica(t *testing.T) {
 	turn.Steps = flow.Replay(append(log, opening...)).Steps
 	turn.Resume, turn.Opened = true, true
 	replica := result{}
-	replica.out = x.Run(context.Background(), turn, engine.Sink{Emit: func(evs ...flow.Event) error {
+	replica.out = x.Execute(context.Background(), turn, engine.Sink{Emit: func(evs ...flow.Event) error {
 		for _, e := range evs {
 			if s, ok := e.Data.(flow.Step); ok {
 				replica.steps = append(replica.steps, s)

@@ -25,7 +25,7 @@ func TestReplayedStepsAreReusedNotCached(t *testing.T) {
 	}
 	var steps []flow.Step
 	var done flow.Done
-	out := (&engine.Executor{Agent: byNode(map[string][]engine.Reply{"in": {reply("ACCEPT", "")}})}).Run(context.Background(),
+	out := (&engine.Executor{Agent: byNode(map[string][]engine.Reply{"in": {reply("ACCEPT", "")}})}).Execute(context.Background(),
 		engine.Turn{FlowID: "g", Def: def, InstanceID: "i", RunID: "r", Input: "hello", Recorded: recorded,
 			Options: flow.RunOptions{Replay: &flow.ReplayOf{Instance: "x", Ask: []string{"in"}}}},
 		engine.Sink{Emit: func(evs ...flow.Event) error {

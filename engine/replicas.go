@@ -139,14 +139,14 @@ func (e *Engine) dispatch(ctx context.Context, req *Request, review *flow.Review
 			watch(ev)
 		}
 		run.watch = watch
-		e.run(run, &turn, claim)
+		e.host(run, &turn, claim)
 		return nil, nil
 	}
 	run.mu.Lock()
 	sub := run.subscribe(d.Opening, 0)
 	sub.Instance = d.InstanceID
 	run.mu.Unlock()
-	go e.run(run, &turn, claim)
+	go e.host(run, &turn, claim)
 	return sub, nil
 }
 
@@ -191,7 +191,7 @@ func (e *Engine) Take(ctx context.Context, instance string, claim *Claim) error 
 		return nil
 	}
 	turn.InstanceID, turn.RunID, turn.Steps, turn.Held, turn.Resume, turn.Opened, turn.Unfinished = instance, flow.NewID(), st.Steps, held, true, !claim.Resumed, st.Unfinished
-	go e.run(run, &turn, claim)
+	go e.host(run, &turn, claim)
 	e.runLog(&turn).Info("took over a run", "resumed", claim.Resumed)
 	return nil
 }

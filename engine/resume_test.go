@@ -37,7 +37,7 @@ func TestResumedRunKeepsTheUsersMessage(t *testing.T) {
 		}
 		return reply("ACCEPT", ""), nil
 	})
-	out := (&engine.Executor{Agent: agent}).Run(context.Background(),
+	out := (&engine.Executor{Agent: agent}).Execute(context.Background(),
 		engine.Turn{FlowID: "g", Def: def, InstanceID: "i", RunID: "r2", Steps: prior, Resume: true},
 		engine.Sink{Emit: func(...flow.Event) error { return nil }})
 	if out.Status != flow.StatusCompleted || out.Response != "42" {
@@ -65,7 +65,7 @@ func TestInterruptedCallsOnAWithheldDraftKeepItHidden(t *testing.T) {
 	st := flow.Replay([]flow.Event{{ID: 1, Name: flow.EventToolCall, Data: flow.ToolCall{Node: "fixer", ToolName: "calculator", Input: []byte(`{"expression":"1+1"}`), ToolCallID: "c1"}}})
 	agent := agentFunc(func(task *engine.Task) (engine.Reply, error) { return reply("COMPLETE", "fixed"), nil })
 	var steps []flow.Step
-	out := (&engine.Executor{Agent: agent}).Run(context.Background(),
+	out := (&engine.Executor{Agent: agent}).Execute(context.Background(),
 		engine.Turn{FlowID: "w", Def: def, InstanceID: "i", RunID: "r2", Steps: prior, Resume: true, Unfinished: st.Unfinished},
 		engine.Sink{Emit: func(evs ...flow.Event) error {
 			for _, e := range evs {
@@ -112,7 +112,7 @@ func TestResultsAreDurableBeforeTheModelReadsThem(t *testing.T) {
 		uses, err := task.Calls.Finish(context.Background(), 1)
 		return engine.Reply{ToolUsage: uses}, err
 	})
-	out := (&engine.Executor{Agent: agent}).Run(context.Background(), engine.Turn{FlowID: "r", Def: def, InstanceID: "i", RunID: "r", Input: "6*7?"},
+	out := (&engine.Executor{Agent: agent}).Execute(context.Background(), engine.Turn{FlowID: "r", Def: def, InstanceID: "i", RunID: "r", Input: "6*7?"},
 		engine.Sink{
 			Emit: func(evs ...flow.Event) error {
 				for _, e := range evs {

@@ -23,7 +23,7 @@ var proposal = engine.Reply{ToolUsage: []flow.ToolUse{{ID: "c1", ToolName: "supe
 func reviewTurn(def *flow.Definition, agent engine.Agent, prior []flow.Step, approve bool) result {
 	var r result
 	x := &engine.Executor{Agent: agent}
-	r.out = x.Run(context.Background(), engine.Turn{FlowID: "f", Def: def, InstanceID: "i", RunID: "r2", Steps: prior, Options: flow.RunOptions{Review: &flow.Review{Approve: approve, Note: "ok"}}},
+	r.out = x.Execute(context.Background(), engine.Turn{FlowID: "f", Def: def, InstanceID: "i", RunID: "r2", Steps: prior, Options: flow.RunOptions{Review: &flow.Review{Approve: approve, Note: "ok"}}},
 		engine.Sink{Emit: func(evs ...flow.Event) error {
 			for _, e := range evs {
 				if s, ok := e.Data.(flow.Step); ok {
@@ -99,7 +99,7 @@ func TestTasksCarryWhatSupervisionReads(t *testing.T) {
 		return engine.Reply{Decision: "ACCEPT", Thinking: "HIDDEN-T", AgentGuidance: "HIDDEN-G"}, nil
 	})
 	x := &engine.Executor{Agent: agent, Context: []flow.ContextItem{{Kind: "reference", Name: "r", Text: "R."}}}
-	x.Run(context.Background(), engine.Turn{FlowID: "f", Def: def, InstanceID: "i", RunID: "r", Input: "hi"}, engine.Sink{Emit: func(...flow.Event) error { return nil }})
+	x.Execute(context.Background(), engine.Turn{FlowID: "f", Def: def, InstanceID: "i", RunID: "r", Input: "hi"}, engine.Sink{Emit: func(...flow.Event) error { return nil }})
 	if got["in"] != nil || got["sup"] == nil || got["work"] == nil {
 		t.Fatalf("supervised: %+v", got)
 	}

@@ -55,7 +55,7 @@ func TestStackReachesTheSuperegosThatTakeIt(t *testing.T) {
 			var bases []string
 			obs := &engine.Observer{Based: func(flowID, node, basis string) { bases = append(bases, node+"="+basis) }}
 			var steps []flow.Step
-			out := (&engine.Executor{Agent: agent, Observe: obs, Library: library}).Run(context.Background(),
+			out := (&engine.Executor{Agent: agent, Observe: obs, Library: library}).Execute(context.Background(),
 				engine.Turn{FlowID: "g", Def: mustParse(t, stackedFlow), InstanceID: "i", RunID: "r", Input: "lunch ideas?", Options: flow.RunOptions{Stack: stack}},
 				engine.Sink{Emit: func(evs ...flow.Event) error {
 					for _, e := range evs {

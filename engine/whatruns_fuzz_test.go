@@ -80,7 +80,7 @@ func FuzzWhatIsJudgedIsWhatRuns(f *testing.F) {
 			return engine.Reply{ToolUsage: uses}, err
 		})
 		sink := engine.Sink{Emit: func(...flow.Event) error { return nil }, Sync: func() error { return nil }}
-		out := (&engine.Executor{Agent: agent}).Run(context.Background(), engine.Turn{FlowID: "notes", Def: def, InstanceID: instance, RunID: "r", Input: "Take notes."}, sink)
+		out := (&engine.Executor{Agent: agent}).Execute(context.Background(), engine.Turn{FlowID: "notes", Def: def, InstanceID: instance, RunID: "r", Input: "Take notes."}, sink)
 		if out.Status != flow.StatusCompleted || len(recorded) != 1 {
 			t.Fatalf("the run: %+v, calls %+v", out, recorded)
 		}

@@ -2,8 +2,6 @@ package flow
 
 import (
 	"encoding/json"
-	"errors"
-	"fmt"
 	"time"
 )
 
@@ -163,130 +161,6 @@ type Parameters struct {
 type Usage struct {
 	PromptTokens     int `json:"prompt_tokens"`
 	CompletionTokens int `json:"completion_tokens"`
-}
-
-// Event names, as they appear on the wire.
-const (
-	EventRunStart     = "run_start"
-	EventNodeStart    = "node_start"
-	EventPartial      = "partial_output"
-	EventToolCall     = "tool_call"
-	EventToolResult   = "tool_result"
-	EventCompleteStep = "complete_step"
-	EventError        = "error"
-	EventDone         = "done"
-)
-
-// Event is one entry of an instance's event sequence. Data is one of the
-// payload types below, or a Step for complete_step.
-type Event struct {
-	ID   int64
-	Name string
-	Time time.Time
-	Data any
-}
-
-// Payloads of events.
-type (
-	RunStart struct {
-		InstanceID string `json:"instance_id"`
-		RunID      string `json:"run_id"`
-		FlowID     string `json:"flow_id"`
-		Resumed    bool   `json:"resumed,omitempty"`
-		RunOptions
-	}
-	NodeStart struct {
-		Node    string `json:"node"`
-		AgentID string `json:"agent_id"`
-	}
-	Partial struct {
-		StepID  string `json:"step_id"`
-		Node    string `json:"node"`
-		AgentID string `json:"agent_id"`
-		Delta   string `json:"delta"`
-	}
-	ToolCall struct {
-		Node       string          `json:"node"`
-		ToolName   string          `json:"tool_name"`
-		Input      json.RawMessage `json:"input"`
-		ToolCallID string          `json:"tool_call_id,omitempty"`
-	}
-	ToolResult struct {
-		Node       string    `json:"node"`
-		ToolName   string    `json:"tool_name"`
-		Output     string    `json:"output"`
-		Error      string    `json:"error,omitempty"`
-		ToolCallID string    `json:"tool_call_id,omitempty"`
-		JudgedBy   *JudgedBy `json:"judged_by,omitempty"`
-		Refused    bool      `json:"refused,omitempty"`
-	}
-	ErrorData struct {
-		Code    string `json:"code"`
-		Message string `json:"message"`
-		Node    string `json:"node,omitempty"` // where the run failed, if at a node
-	}
-	Done struct {
-		InstanceID string        `json:"instance_id"`
-		Status     string        `json:"status"`
-		Response   string        `json:"response"`
-		Usage      *RunUsage     `json:"usage,omitempty"`  // always set; nil only in a log written before it was
-		Replay     *ReplayCounts `json:"replay,omitempty"` // of a replayed run
-		// ToolCalls, for a run awaiting_tool_result, are the calls the
-		// client is to run and answer (SPEC §4a).
-		ToolCalls []ToolCall `json:"tool_calls,omitempty"`
-	}
-)
-
-// RunUsage counts a run's tokens: those of the calls it kept, and apart
-// those of speculative calls it discarded (SPEC §3b).
-type RunUsage struct {
-	PromptTokens                int `json:"prompt_tokens"`
-	CompletionTokens            int `json:"completion_tokens"`
-	SpeculativePromptTokens     int `json:"speculative_prompt_tokens"`
-	SpeculativeCompletionTokens int `json:"speculative_completion_tokens"`
-}
-
-// Sentinel errors. The api package maps each to a status code.
-var (
-	ErrNotFound = errors.New("not found")
-	ErrInvalid  = errors.New("invalid")
-	ErrBusy     = errors.New("a run is in progress on this instance")
-	ErrTooMany  = errors.New("too many runs in flight")
-	ErrClosed   = errors.New("the server is shutting down")
-	ErrIdle     = errors.New("no run in progress")
-	ErrNoReview = errors.New("the instance is not awaiting review")
-	ErrNoWait   = errors.New("the instance is not awaiting its client's tool results")
-
-	// ErrInputInFlight is ErrTooMany for the input the runs in flight hold
-	// (Engine.MaxInput): a run's memory grows with its input.
-	ErrInputInFlight = fmt.Errorf("too much input in flight: %w", ErrTooMany)
-
-	// Errors a run can fail with; each has a stable code (ErrorCode).
-	ErrModelUnavailable = errors.New("model unavailable")
-	ErrModelOutput      = errors.New("unusable model output")
-	ErrToolFailed       = errors.New("tool failed")
-	ErrTimeout          = errors.New("timed out")
-	// ErrStorage is a write of the store that failed (a full disk, a lost
-	// database): a run whose events could not all be saved ends failed,
-	// never completed.
-	ErrStorage = errors.New("the run's events could not be saved")
-)
-
-// ErrorCode is the stable word an error event carries for err.
-func ErrorCode(err error) string {
-	switch {
-	case errors.Is(err, ErrTimeout):
-		return "timeout"
-	case errors.Is(err, ErrModelUnavailable):
-		return "llm_unavailable"
-	case errors.Is(err, ErrModelOutput):
-		return "llm_bad_output"
-	case errors.Is(err, ErrToolFailed):
-		return "tool_failed"
-	case errors.Is(err, ErrStorage):
-		return "storage"
-	}
-	return "internal"
 }
 
 // Kinds of a judgement of an action (SPEC §3c).

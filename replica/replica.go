@@ -261,7 +261,7 @@ func (r *Replicas) drop(instance string, h *held) {
 	r.mu.Unlock()
 }
 
-// claim holds a lease this replica has just written, as a flow.Claim.
+// claim holds a lease this replica has just written, as an engine.Claim.
 func (r *Replicas) claim(instance string, resumed bool) *engine.Claim {
 	h := r.hold(instance)
 	return &engine.Claim{Stop: h.stop, Lost: h.lost, Resumed: resumed, Release: func(ended bool) {

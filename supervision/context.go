@@ -13,7 +13,7 @@
 // rejects them or the turn ends without a review.
 //
 // The flow engine knows none of this: it hands an agent the steps
-// (flow.Task.Supervised), and the agent asks this package what they make.
+// (engine.Task.Supervised), and the agent asks this package what they make.
 package supervision
 
 import (

@@ -106,7 +106,7 @@ func judge(ctx context.Context, req request, getenv func(string) string) (verdic
 	}
 	agent := &agents.Agent{Model: func(string) (agents.Model, error) { return m, nil }, Timeout: req.Timeout}
 	var step flow.Step
-	out := (&engine.Executor{Agent: agent}).Run(ctx, engine.Turn{FlowID: "sg_phase", Def: d, InstanceID: flow.NewID(), RunID: flow.NewID(), Input: req.Input},
+	out := (&engine.Executor{Agent: agent}).Execute(ctx, engine.Turn{FlowID: "sg_phase", Def: d, InstanceID: flow.NewID(), RunID: flow.NewID(), Input: req.Input},
 		engine.Sink{Emit: func(evs ...flow.Event) error {
 			for _, ev := range evs {
 				if s, ok := ev.Data.(flow.Step); ok && s.Node == "phase_judge" {

@@ -193,11 +193,3 @@ func decisionLabel(n *flow.Node, d string) string {
 	}
 	return flow.AnyDecision
 }
-
-// Held reports whether what the task's model answers is held from clients
-// until a superego has judged it, or is a speculative turn's, which may be
-// discarded unseen, or is a chunk judgement, which no client is sent: an
-// observer records no text of such an answer.
-func (t *Task) Held() bool {
-	return t.Node.Judged() || t.BeforeWrite != nil || t.Chunk != nil || t.Action != nil
-}
