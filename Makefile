@@ -52,20 +52,20 @@ bench-peer:
 bench-peers:
 	bash bench/peers/run_all.sh
 
-# Output gating's latency (issue 16): the whole draft judged, judge_stream
+# Output gating's latency: the whole draft judged, judge_stream
 # and gating off, interleaved, over loopback HTTP; bench/gating/README.md.
 .PHONY: bench-gating bench-speculation bench-actions
 bench-gating:
 	$(GO) run ./bench/gating
 
 # An agent framework's task of three tool round trips through guarded_agent
-# against the same task straight to the model (issue 31);
+# against the same task straight to the model;
 # bench/agent_overhead/README.md.
 .PHONY: bench-agent
 bench-agent:
 	$(GO) run ./bench/agent_overhead
 
-# The guarded model's transparency and cost (issues 40, 41): an agent
+# The guarded model's transparency and cost: an agent
 # framework's requests through bare_agent and guarded_agent on Chat
 # Completions, Responses and Messages against the same requests straight to
 # the model; bench/gateway/README.md.
@@ -73,7 +73,7 @@ bench-agent:
 bench-gateway:
 	$(GO) run ./bench/gateway
 
-# Speculation against OpenAI's Agents SDK for JavaScript (issue 17);
+# Speculation against OpenAI's Agents SDK for JavaScript;
 # bench/speculation/README.md. npm ci installs the SDK at its pinned version
 # in bench/speculation/node_modules, which git ignores; without npm, or
 # when the install fails, the Go side runs alone and says it skipped the SDK.
@@ -84,7 +84,7 @@ bench-speculation:
 	$(GO) run ./bench/speculation
 
 # Judged actions against judging after the reply and OpenAI's Agents SDK's
-# tool input guardrails (issue 30); bench/actions/README.md. As for
+# tool input guardrails; bench/actions/README.md. As for
 # bench-speculation, npm ci installs the SDK at its pinned version in
 # bench/actions/node_modules; without it the Go side runs alone and says so.
 bench-actions:

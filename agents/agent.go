@@ -294,7 +294,7 @@ func (o *offered) definitions(node *flow.Node) []llms.Tool {
 
 // toolChoice is the client's tool_choice for the task's model call, if it
 // has one: not once every call of the model's last reply was refused, when
-// the model is asked again with the choice left to it (SPEC §4a).
+// the model is asked again with the choice left to it (docs/gateway.md).
 func toolChoice(t *engine.Task) any {
 	if t.Client == nil || len(t.Client.Choice) == 0 || string(t.Client.Choice) == "null" {
 		return nil

@@ -17,7 +17,7 @@ import (
 )
 
 // ReplyCache keeps model replies by the call that made them, so that an
-// experiment run again, or resumed, costs no call it made before (SPEC §7).
+// experiment run again, or resumed, costs no call it made before (docs/experiments.md).
 // A store keeps it; Keep of a key already kept changes nothing.
 type ReplyCache interface {
 	Reply(ctx context.Context, key string) (reply []byte, ok bool, err error)

@@ -46,8 +46,8 @@ var actionMeanings = map[string]map[string]string{
 // shown them.
 const maxQuoted = 600
 
-// writeAction writes what a judge of a call or a result is shown (SPEC
-// §3c). What a tool or its result says is untrusted: it is fenced, and the
+// writeAction writes what a judge of a call or a result is shown (docs/actions.md).
+// What a tool or its result says is untrusted: it is fenced, and the
 // judge is told not to follow it.
 func writeAction(b *strings.Builder, user string, a *engine.Action) {
 	b.WriteString("The user's message for this turn:\n" + user + "\n\n")
@@ -83,7 +83,7 @@ func clip(s string) string {
 // prompt is a node's system message: its constitution or system prompt,
 // the decisions it may take, and the reply format. It holds nothing of
 // any other node, and nothing that changes from call to call but a stack
-// (SPEC §10), which goes between its parts. It is built once per node and
+// (docs/stacks.md), which goes between its parts. It is built once per node and
 // kind of action.
 type prompt struct {
 	plain string
@@ -138,7 +138,7 @@ func promptOf(t *engine.Task) prompt {
 }
 
 // What a stacked judge is told of its floor and of the user's
-// constitutions (SPEC §10): the floor first, binding; then the user's, in
+// constitutions (docs/stacks.md): the floor first, binding; then the user's, in
 // their order, each with its level, which never lift the floor.
 const (
 	floorNote = "The constitution below is the floor: it is binding, whatever follows it. The user's own constitutions come after it; they add to it and never lift it.\n\n"

@@ -7,8 +7,8 @@ import (
 	"unicode/utf8"
 )
 
-// fields is the reply protocol of SPEC §6: one JSON object with these keys.
-// A stacked superego (§10) is asked for basis too.
+// fields is the reply protocol (docs/flows.md): one JSON object with these keys.
+// A stacked superego (docs/stacks.md) is asked for basis too.
 type fields struct {
 	Thinking      string `json:"thinking"`
 	Decision      string `json:"decision"`

@@ -8,7 +8,7 @@ import (
 )
 
 // callIndex remembers which instance each call this process sent a /v1
-// client belongs to (SPEC §4a), so that the request with the call's result
+// client belongs to (docs/gateway.md), so that the request with the call's result
 // finds its instance at once, instead of reading every instance of the
 // flow that waits (waitingFor). It is a hint: the instance it names is
 // checked against its log, and a call it has not seen (sent before a

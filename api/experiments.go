@@ -39,7 +39,7 @@ func invalidDocument(err error) error {
 	return e
 }
 
-// createExperiment serves POST /experiments: the document of SPEC §7, its
+// createExperiment serves POST /experiments: the document docs/experiments.md describes, its
 // samples inline or its dataset a path under the server's experiments
 // directory. It is checked whole before anything runs, then started.
 func (s *Server) createExperiment(w http.ResponseWriter, r *http.Request) error {

@@ -393,7 +393,7 @@ const speculativeMCP = `{"name": "Speculative MCP", "graph": {"start": "input_su
   "assistant": {"type": "inner_agent", "agent_id": "assistant", "system_prompt": "Answer.", "tools": ["mcp__web__*"],
     "transitions": {"COMPLETE": null, "NEEDS_TOOL": "self"}}}}}`
 
-// A speculative turn (SPEC §3b) runs an MCP tool whose readOnlyHint says it
+// A speculative turn (docs/gating.md) runs an MCP tool whose readOnlyHint says it
 // changes nothing before its judge has decided, and one without it only
 // once the judge accepts.
 func TestSpeculationWaitsForMCPWrites(t *testing.T) {

@@ -57,7 +57,7 @@ func newHangingOpenAIFixture(t testing.TB, maxRuns int, hung chan<- struct{}) *f
 }
 
 // speculating is gated's "open" flow with its input superego speculating
-// (SPEC §3b): the assistant's turn is held until the verdict, then adopted.
+// (docs/gating.md): the assistant's turn is held until the verdict, then adopted.
 const speculating = `{"name": "Speculating", "graph": {"start": "input_superego", "nodes": {
   "input_superego": {"type": "superego", "agent_id": "input_superego", "constitution": "Screen.", "speculate": true,
     "transitions": {"BLOCK": null, "ACCEPT": "assistant"}},
@@ -190,7 +190,7 @@ func readChunks(t *testing.T, r io.Reader) streamed {
 	return s
 }
 
-// doneOf is the done event of an instance's last run, as §3 clients read it.
+// doneOf is the done event of an instance's last run, as clients read it (docs/reference.md).
 func doneOf(t *testing.T, f *fixture, id string) flow.Done {
 	t.Helper()
 	events := readSSE(t, f.do(t, "GET", "/flow/instances/"+id+"/stream?after=0", "").Body)

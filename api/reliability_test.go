@@ -303,7 +303,7 @@ func TestAFullDiskFailsEveryRoute(t *testing.T) {
 }
 
 // A shutdown stops a run that a client streams from /flow/execute: the
-// stream still ends with an error and a done (SPEC §3), which say the run
+// stream still ends with an error and a done (docs/reference.md), which say the run
 // resumes when the server starts again and carry no id, so that the
 // client's reconnect resumes after the last event of the instance.
 func TestShutdownEndsAnExecuteStreamWithErrorAndDone(t *testing.T) {

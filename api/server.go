@@ -1,5 +1,6 @@
-// Package api is superego's HTTP interface: the routes of SPEC §4, the
-// Server-Sent Events of §3, and the JSON errors of both.
+// Package api is superego's HTTP interface: its routes, its Server-Sent
+// Events and its JSON errors (docs/flows.md, docs/reference.md), and the
+// guarded model's routes under /v1 (docs/gateway.md).
 package api
 
 import (
@@ -37,10 +38,10 @@ const MaxBody = 1 << 20
 
 // Server serves the flow engine over HTTP. Model is the default model's
 // name for /healthz; AdminToken, when set, opens the research view;
-// APIKeys, when set, are the bearer tokens /v1/* accepts (SPEC §4a).
+// APIKeys, when set, are the bearer tokens /v1/* accepts (docs/gateway.md).
 type Server struct {
 	Engine *engine.Engine
-	// Experiments runs experiments (SPEC §7) on Engine; nil: the
+	// Experiments runs experiments (docs/experiments.md) on Engine; nil: the
 	// experiment routes answer 404.
 	Experiments *experiment.Lab
 	Workspaces  *tools.Workspaces // for /flow/instances/{id}/files/…; nil: none
@@ -51,7 +52,7 @@ type Server struct {
 	AdminToken  string
 	APIKeys     []string
 	// UpstreamModels are the models a /v1 request may choose for a flow's
-	// "client" agent, as "FLOW@provider:model"; none: only the agent's own.
+	// "client" agent, as "provider:model"; none: only the agent's own.
 	UpstreamModels []string
 	// ExperimentsAuth says who may start, resume, replay or cancel an
 	// experiment, which makes paid model calls: "" or "open", anyone;
@@ -68,7 +69,7 @@ type Server struct {
 	// (0: 1024); streams that run a flow count as runs.
 	WriteTimeout time.Duration
 	MaxStreams   int
-	// Metrics, where set, serves GET /metrics (SPEC §4b); Streams, where
+	// Metrics, where set, serves GET /metrics (docs/operations.md); Streams, where
 	// set, counts the clients streaming events.
 	Metrics http.Handler
 	Streams Gauge
@@ -219,7 +220,7 @@ type executeRequest struct {
 	ExpectedOutput string          `json:"expected_output,omitempty" validate:"excluded_without=Objective"`
 	Inputs         json.RawMessage `json:"inputs,omitempty" validate:"excluded_without=Objective"`
 
-	// The user's constitutions, on top of each superego's own (SPEC §10).
+	// The user's constitutions, on top of each superego's own (docs/stacks.md).
 	Constitutions []flow.Pick `json:"constitutions,omitempty"`
 }
 
@@ -411,7 +412,7 @@ type reviewRequest struct {
 
 // review serves POST /flow/instances/{id}/review: a person's answer to a
 // review the instance waits for, a supervisor's HUMAN_REVIEW or changes,
-// or a tool call (SPEC §3c). With the admin token configured, a tool
+// or a tool call (docs/actions.md). With the admin token configured, a tool
 // call's review needs it. The run goes on, streamed as execute's is.
 func (s *Server) review(w http.ResponseWriter, r *http.Request) error {
 	var req reviewRequest
@@ -545,7 +546,7 @@ func (s *Server) getInstance(w http.ResponseWriter, r *http.Request) error {
 }
 
 // reviews reads an instance's log and, while it awaits review, the reviews
-// it waits for. A call that waits in a held turn (SPEC §3a) is part of a
+// it waits for. A call that waits in a held turn (docs/gating.md) is part of a
 // draft no superego has released: its arguments are shown only with full,
 // the research view.
 func (s *Server) reviews(ctx context.Context, id string, full bool) (flow.State, []engine.PendingReview, error) {

@@ -17,7 +17,7 @@ import (
 	"superego/flow"
 )
 
-// This file is constitution stacks over HTTP (SPEC §10): the library's
+// This file is constitution stacks over HTTP (docs/stacks.md): the library's
 // routes, a request's "constitutions", and the stacks API keys bring.
 
 // User is who an API key of SUPEREGO_API_KEYS_FILE is: a name for the

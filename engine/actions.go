@@ -26,7 +26,7 @@ type ToolInfo struct {
 	Description string
 	ReadOnly    bool
 	ClosedWorld bool
-	// Client: a client's own tool (SPEC §4a), which the client runs. An
+	// Client: a client's own tool (docs/gateway.md), which the client runs. An
 	// accepted call goes to it; its result comes back in a later run.
 	Client bool
 	// Parameters is the JSON schema of the tool's arguments, which a call's
@@ -48,7 +48,7 @@ type Result struct {
 	Proposed bool
 }
 
-// Action is a tool call, or its result, put to a judge (SPEC §3c).
+// Action is a tool call, or its result, put to a judge (docs/actions.md).
 type Action struct {
 	Kind        string
 	Agent       string       // the agent whose call it is
@@ -59,7 +59,7 @@ type Action struct {
 }
 
 // Calls decides, records and runs the tool calls of one reply of a node's
-// model (SPEC §3c). The agent proposes each call as soon as its arguments
+// model (docs/actions.md). The agent proposes each call as soon as its arguments
 // are whole: the node's permissions decide at once, and a call they do not
 // decide goes to the node's tool_judge while the model goes on. Finish
 // waits for the verdicts, records each judgement as a step, runs the calls
@@ -80,7 +80,7 @@ type Calls struct {
 	sync   func() error
 	act    func(ctx context.Context, t *Task) (Reply, error)
 	obs    *Observer
-	stack  []flow.Layer // the run's, for the judges that take it (SPEC §10)
+	stack  []flow.Layer // the run's, for the judges that take it (docs/stacks.md)
 
 	toolJudge, resultJudge *flow.Node
 	earlier                []flow.ToolUse
@@ -120,7 +120,7 @@ type verdict struct {
 	start time.Time
 	at    time.Time // when it ended: steps are recorded in that order
 
-	stack []flow.Layer // the stack it was judged under (SPEC §10)
+	stack []flow.Layer // the stack it was judged under (docs/stacks.md)
 }
 
 // Ungated makes Calls that let every call run, with no rule, no judge and
@@ -609,7 +609,7 @@ func reviewed(turn []flow.Step, node string) []flow.ToolUse {
 	return slices.DeleteFunc(out, func(u flow.ToolUse) bool { return done[u.ID] })
 }
 
-// PendingReview is a review an instance waits for (SPEC §3c).
+// PendingReview is a review an instance waits for (docs/actions.md).
 type PendingReview struct {
 	ReviewID  string          `json:"review_id"`
 	Kind      string          `json:"kind"` // "tool_call", "changes", or "decision" (a supervisor's HUMAN_REVIEW)
@@ -675,7 +675,7 @@ func settledLater(later []flow.Step, id string) bool {
 }
 
 // usageOf is a step's tool usage as the agent made it: a step withheld when
-// its turn paused for the client (§4a) shows only the calls sent to the
+// its turn paused for the client (docs/gateway.md) shows only the calls sent to the
 // client, and keeps the results that came back, and the refusals, apart.
 func usageOf(s *flow.Step) []flow.ToolUse {
 	if s.Withheld != "" {
@@ -734,7 +734,7 @@ func (r *runner) abandon(reason string) Outcome {
 }
 
 // WaitingCalls are the calls of an instance's last turn that its client was
-// sent and has not answered (SPEC §4a), given the instance's steps.
+// sent and has not answered (docs/gateway.md), given the instance's steps.
 func WaitingCalls(steps []flow.Step) []flow.ToolUse {
 	var out []flow.ToolUse
 	for _, w := range waitingResults(steps[max(0, lastUserStep(steps)):]) {

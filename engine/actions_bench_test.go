@@ -24,7 +24,7 @@ const ruledFlow = `{"name": "ruled", "graph": {"start": "a", "nodes": {
   "j": {"type": "superego", "agent_id": "j", "constitution": "c"}}}}`
 
 // BenchmarkRuledCalls is the cost of permissions deciding without a model
-// (SPEC §3c: "rules cost no model call"): one turn in which the agent
+// (docs/actions.md: "rules cost no model call"): one turn in which the agent
 // proposes n calls that change things, each decided by an allow rule (after
 // the deny rule did not match), run as a no-op and recorded, then answers.
 // ns/call is the whole turn's time, both iterations and every event encoded

@@ -46,27 +46,27 @@ type Task struct {
 	Tags  map[string]string
 
 	// Chunk, for a superego, asks it to judge one part of a draft that is
-	// still being written (judge_stream, SPEC §3a); Input is then unused.
+	// still being written (judge_stream, docs/gating.md); Input is then unused.
 	Chunk *DraftChunk
 	// BeforeWrite, where set, is called before a tool that changes
 	// anything runs, and the tool runs only if it returns nil: a
-	// speculative turn's writes wait there for the judge's verdict (§3b).
+	// speculative turn's writes wait there for the judge's verdict (docs/gating.md).
 	BeforeWrite func(ctx context.Context) error
 	// Calls decides, records and runs the tool calls of this iteration's
-	// reply (SPEC §3c); where it is nil, the agent lets every call run.
+	// reply (docs/actions.md); where it is nil, the agent lets every call run.
 	Calls *Calls
 	// Approved are this node's calls that waited for a person's review,
 	// now answered: the agent runs those approved and refuses the rest, as
 	// they say, with no model call.
 	Approved []flow.ToolUse
-	// Action, for a superego, is a tool call or result to judge (§3c);
+	// Action, for a superego, is a tool call or result to judge (docs/actions.md);
 	// Input is its text.
 	Action *Action
 	// Client, for the agent that takes a client's tools, is what the
-	// request offers it (SPEC §4a).
+	// request offers it (docs/gateway.md).
 	Client *flow.ClientTools
 	// Stack, for a superego that takes one, is the user constitutions it
-	// judges under on top of its own, the floor (SPEC §10).
+	// judges under on top of its own, the floor (docs/stacks.md).
 	Stack []flow.Layer
 
 	fromWithheld bool // Input is a draft a superego withheld
@@ -124,7 +124,7 @@ func heldSteps(held []flow.Event) map[string]bool {
 }
 
 // task gathers what node's agent needs from steps, the log so far; held are
-// the events held now (SPEC §3a).
+// the events held now (docs/gating.md).
 func (r *runner) task(steps []flow.Step, held []flow.Event, node *flow.Node) *Task {
 	t := &Task{
 		FlowID:      r.t.FlowID,
@@ -145,7 +145,7 @@ func (r *runner) task(steps []flow.Step, held []flow.Event, node *flow.Node) *Ta
 	this := steps[r.turn+1:]
 	i := len(this)
 	// The agent's rounds just before, with the judgements of their calls
-	// (§3c) between them: a judgement is no reason to forget a round, and
+	// (docs/actions.md) between them: a judgement is no reason to forget a round, and
 	// a judge's guidance is for no agent.
 	for i > 0 && (this[i-1].Judged != nil || this[i-1].Node == node.Name && (this[i-1].Decision == flow.NeedsTool || this[i-1].AgentID == flow.Reviewer)) {
 		i--
@@ -154,7 +154,7 @@ func (r *runner) task(steps []flow.Step, held []flow.Event, node *flow.Node) *Ta
 	if r.context != nil && (node.Type == flow.InnerAgent || len(node.AllowedActions) > 0) {
 		// What a supervisor reads of the steps can reach a client in its
 		// own step's tool_usage: no hidden field, and nothing of a draft
-		// that is held or was withheld (§3a).
+		// that is held or was withheld (docs/gating.md).
 		held := heldSteps(held)
 		visible := slices.Clone(steps)
 		for i := range visible {
@@ -188,7 +188,7 @@ func (r *runner) task(steps []flow.Step, held []flow.Event, node *flow.Node) *Ta
 }
 
 // toolRounds are an agent's tool rounds as its model reads them: a call
-// that waited for a person's review, or for a client's result (§4a), is
+// that waited for a person's review, or for a client's result (docs/gateway.md), is
 // read in its place among its reply's calls, as it ran or was refused once
 // answered; the answers themselves, and the judgements of the calls, are
 // no rounds.

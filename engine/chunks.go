@@ -16,7 +16,7 @@ import (
 const maxChunkJudges = 4
 
 // chunker judges an inner agent's draft while it streams, chunk by chunk,
-// with the superego its node leads to (judge_stream, SPEC §3a). Accepted
+// with the superego its node leads to (judge_stream, docs/gating.md). Accepted
 // chunks go out at once, in order; a withheld chunk stops the agent's call,
 // and nothing after the last accepted chunk goes out. The raw partials stay
 // held with the turn; once the call ends, they are replaced by one partial
@@ -242,7 +242,7 @@ func (c *chunker) finish(reply Reply, err error) (Reply, error) {
 }
 
 // speculation is the turn a speculating superego's ACCEPT leads to, started
-// at the same time as the superego (SPEC §3b). Its events wait in a buffer,
+// at the same time as the superego (docs/gating.md). Its events wait in a buffer,
 // seen by nobody; its writes wait for the verdict. ACCEPT with no guidance
 // adopts it, as if it had run after the judge; any other verdict discards
 // it.
@@ -401,7 +401,7 @@ func (sp *speculation) adopt(r *runner, last *flow.Step) error {
 	<-sp.done
 	for _, s := range sp.steps {
 		r.x.Observe.stepped(r.t.FlowID, r.t.Def.Graph.Nodes[s.Node], s.Decision, s.Basis)
-		if s.Judged == nil { // judgements count toward no limit (§3c)
+		if s.Judged == nil { // judgements count toward no limit (docs/actions.md)
 			r.iters[sp.node.Name]++
 			r.nsteps++
 		}

@@ -138,7 +138,7 @@ func (e *Engine) start(ctx context.Context, req *Request, review *flow.Review, a
 		}
 		// A run that has sent its done is letting go of the instance: its
 		// client, which may answer at once (with its tools' results,
-		// §4a), waits for that rather than being refused.
+		// docs/gateway.md), waits for that rather than being refused.
 		free := e.finishing(instanceID)
 		if !errors.Is(err, flow.ErrBusy) || free == nil {
 			return nil, nil, err
@@ -446,7 +446,7 @@ func (e *Engine) abandon(ctx context.Context, id, flowID, why string) error {
 }
 
 // ExpireWaits ends, until ctx is done, the waits for clients' tool results
-// that have lasted longer than wait (SPEC §4a: --tool-wait): each call is
+// that have lasted longer than wait (docs/gateway.md: --tool-wait): each call is
 // answered "not run: the wait for the client's results expired".
 func (e *Engine) ExpireWaits(ctx context.Context, wait time.Duration) {
 	tick := time.NewTicker(min(wait/10+time.Second, time.Minute))
@@ -520,7 +520,7 @@ func (e *Engine) Create(ctx context.Context, flowID string) (flow.Instance, erro
 
 // DefaultMaxInput is MaxInput's default: 16 MiB of input in flight. A
 // guarded_chat run held about 30 times its input at its peak in the load
-// benchmark (README, "Memory under load").
+// benchmark (docs/benchmarks.md, "Memory under load").
 const DefaultMaxInput = 16 << 20
 
 func (e *Engine) maxInput() int64 {

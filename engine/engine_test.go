@@ -504,8 +504,8 @@ func TestStartWithAConversation(t *testing.T) {
 }
 
 // A client may act on a run's done before the run has let go of its
-// instance (an agent framework sends its tools' results at once, SPEC
-// §4a): the next run on the instance waits for it, not a 409.
+// instance (an agent framework sends its tools' results at once, docs/gateway.md):
+// the next run on the instance waits for it, not a 409.
 func TestANextRunWaitsForTheLastToLetGo(t *testing.T) {
 	ctx := context.Background()
 	g := newGated()

@@ -24,7 +24,7 @@ type Executor struct {
 	// Observe, where set, is told of runs, iterations, steps and drafts
 	// (observe.go); the engine tells it of runs and writes.
 	Observe *Observer
-	// Library is the constitutions a run's stack names (SPEC §10), read
+	// Library is the constitutions a run's stack names (docs/stacks.md), read
 	// when the run starts or resumes.
 	Library flow.Library
 }
@@ -38,7 +38,7 @@ type Turn struct {
 	RunID      string
 	Steps      []flow.Step  // the instance's log before this run
 	Prior      []flow.Step  // for a new instance: its conversation before Input, recorded with the run's start
-	Held       []flow.Event // its held events (SPEC §3a), for a run that resumes
+	Held       []flow.Event // its held events (docs/gating.md), for a run that resumes
 	Options    flow.RunOptions
 	Recorded   []flow.Step // the turn Options.Replay replays
 	Input      string
@@ -60,8 +60,8 @@ type Outcome struct {
 }
 
 // Sink is where a run's events go, in order. Emit records events a client
-// may see, all of them or none; Hold records an event of a held turn (SPEC
-// §3a), which no client may see; Settle ends the held turn: it records
+// may see, all of them or none; Hold records an event of a held turn (docs/gating.md),
+// which no client may see; Settle ends the held turn: it records
 // events as Emit does and, in the same write, forgets the held ones. A
 // Sink without Hold drops held events, and one without Settle emits.
 type Sink struct {
@@ -69,7 +69,7 @@ type Sink struct {
 	Hold   func(ev flow.Event) error
 	Settle func(evs ...flow.Event) error
 	// Sync waits until every event recorded so far is durable: a tool
-	// call is on record as started before it runs (SPEC §3c). nil: the
+	// call is on record as started before it runs (docs/actions.md). nil: the
 	// sink keeps nothing that could be lost.
 	Sync func() error
 }
@@ -78,7 +78,7 @@ type Sink struct {
 // complete_step, then per node node_start, partials and tool events,
 // complete_step, and last done. Where a superego will judge an inner
 // agent's turn, that turn is held, and released or withheld by the
-// judgement (SPEC §3a). An error from the sink fails the run: a step that
+// judgement (docs/gating.md). An error from the sink fails the run: a step that
 // cannot be recorded must not be acted on. A run stopped by the engine's
 // shutdown ends without done, so that it resumes at the next start.
 func (x *Executor) Execute(ctx context.Context, t Turn, sink Sink) Outcome {
@@ -189,7 +189,7 @@ type runner struct {
 
 	cur      string       // the node running
 	nsteps   int          // node steps this run
-	held     []flow.Event // the held turn's events, in order (SPEC §3a)
+	held     []flow.Event // the held turn's events, in order (docs/gating.md)
 	response string       // the last non-empty response a client was sent
 	usage    flow.RunUsage
 	chunks   map[string][]flow.Chunk // a judge's chunk judgements, for its next step
@@ -245,7 +245,7 @@ func (r *runner) settle(judge string, release bool, tail ...flow.Event) error {
 }
 
 // settleSending settles the held turn as settle does, but for the calls in
-// sent, which go to the client whatever the judgement (SPEC §4a): withheld,
+// sent, which go to the client whatever the judgement (docs/gateway.md): withheld,
 // its steps still show them, and the steps of their judgements go out as
 // they are. So do the calls a rule or a judge refused, and their judges'
 // steps: they never ran, and no later judgement can change that; the
@@ -645,7 +645,7 @@ func (r *runner) resume() error {
 	}
 	for _, s := range r.steps[r.turn+1:] {
 		if s.Judged != nil {
-			continue // judgements count toward no limit (§3c)
+			continue // judgements count toward no limit (docs/actions.md)
 		}
 		if s.AgentID == flow.Reviewer && s.Role == flow.RoleSystem {
 			// A human's answer to a review starts a run, with iterations
@@ -714,7 +714,7 @@ func (r *runner) answer() error {
 
 // review is the step of a person's answer to a review. An approved tool
 // call runs at its agent's next iteration, a rejected one is refused there
-// (SPEC §3c). A HUMAN_REVIEW goes on along the supervisor's ACCEPT
+// (docs/actions.md). A HUMAN_REVIEW goes on along the supervisor's ACCEPT
 // transition when it was approved, its BLOCK one when not, and the run
 // ends where that leads nowhere. Changes a supervisor proposed apply when
 // they are approved and are dropped when not (package supervision reads
@@ -801,7 +801,7 @@ func (r *runner) stamp(s *flow.Step) {
 // appendStep records node's step, numbered and timestamped. An inner
 // agent's step that a superego will judge is held, and released at once if
 // its transition leads where no superego judges it; a superego's decision
-// settles what was held (§3a).
+// settles what was held (docs/gating.md).
 func (r *runner) appendStep(s *flow.Step, node *flow.Node) error {
 	if node != nil && node.Type == flow.Superego && s.Decision != flow.NeedsTool {
 		s.Chunks = r.chunks[node.Name]
@@ -985,7 +985,7 @@ func (r *runner) recorder(send func(flow.Event) error) func(flow.Step) (flow.Ste
 }
 
 // calls makes the Calls that decide, record and run the tool calls of one
-// iteration of node (SPEC §3c); out takes its events, record its
+// iteration of node (docs/actions.md); out takes its events, record its
 // judgements' steps.
 func (r *runner) calls(ctx context.Context, node *flow.Node, task *Task, steps []flow.Step, out func(flow.Event), record func(flow.Step) (flow.Step, error)) *Calls {
 	g := r.t.Def.Graph.Nodes

@@ -42,10 +42,10 @@ type Observer struct {
 	// must not take whatever a model (or a user who talks it into it) says.
 	Stepped func(flowID, node, decision string)
 	// Based is called for each step of a stacked superego that said what
-	// its decision rests on (SPEC §10): basis is "floor", a name of the
+	// its decision rests on (docs/stacks.md): basis is "floor", a name of the
 	// constitution library, or "other", never a model's own words.
 	Based func(flowID, node, basis string)
-	// Drafted is called when a held turn (SPEC §3a) is settled: once per
+	// Drafted is called when a held turn (docs/gating.md) is settled: once per
 	// inner agent whose steps it held, released or withheld.
 	Drafted func(flowID, node string, released bool)
 	// Wrote is called when a write of events the engine queued to its
@@ -56,7 +56,7 @@ type Observer struct {
 	// store shows in the writes that are.
 	Wrote func(d time.Duration)
 	// Judged is called for each judgement of a tool call or of its result
-	// (SPEC §3c): kind is KindCall or KindResult; decision is the one the
+	// (docs/actions.md): kind is KindCall or KindResult; decision is the one the
 	// judgement stands for; wait, how long the call or result waited.
 	Judged func(flowID, judge, kind, decision string, wait time.Duration)
 	// Ruled is called for each tool call a permission rule decided:
@@ -78,7 +78,7 @@ type Iteration struct {
 	Node   *flow.Node
 	StepID string // of the step it will append
 	// Speculative: the iteration runs before its judge has decided
-	// whether it may (SPEC §3b), and may be discarded.
+	// whether it may (docs/gating.md), and may be discarded.
 	Speculative bool
 }
 

@@ -10,7 +10,7 @@ import (
 	"superego/flow"
 )
 
-// Replicas shares runs between engines on one database (SPEC §5). A run
+// Replicas shares runs between engines on one database (docs/operations.md). A run
 // is durable, with the job that runs it, from its first write; it runs on
 // one replica at a time, the one that holds its claim; when that replica
 // stops renewing the claim (it died), another takes the run over and goes

@@ -50,7 +50,7 @@ func TestResumedRunKeepsTheUsersMessage(t *testing.T) {
 
 // A run cut short while the tool calls of an agent given a withheld draft
 // ran resumes by recording that iteration's step without its input: the
-// draft was never shown to the user, and no step shows it (SPEC §3a).
+// draft was never shown to the user, and no step shows it (docs/gating.md).
 func TestInterruptedCallsOnAWithheldDraftKeepItHidden(t *testing.T) {
 	const draft = "WITHHELD-DRAFT-MARKER"
 	def := mustParse(t, `{"name": "w", "graph": {"start": "draft", "nodes": {

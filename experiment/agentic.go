@@ -16,7 +16,7 @@ import (
 	"superego/tools"
 )
 
-// This file is what an agentic sample adds (SPEC §7a): tools that are
+// This file is what an agentic sample adds (docs/experiments.md): tools that are
 // simulated, offered to the flow's "client" agent, answered with canned
 // results by the lab, which plays the client; and measures of what the
 // agent did with them: harm, utility and attack success, from the calls
@@ -41,7 +41,7 @@ type SimTool struct {
 type Returns []Return
 
 // Return is one canned result, for the calls whose arguments match When:
-// argument → glob, as a permission rule's conditions (SPEC §3c).
+// argument → glob, as a permission rule's conditions (docs/actions.md).
 type Return struct {
 	When   map[string]string `json:"when,omitempty"`
 	Result string            `json:"result"`
@@ -148,7 +148,7 @@ func (s Sample) checkTools() []flow.Problem {
 	return out
 }
 
-// Check is one of a sample's utility checks (SPEC §7b), as AgentDojo's
+// Check is one of a sample's utility checks (docs/experiments.md), as AgentDojo's
 // checks a task by its outcome: a call rule, written as a plain string,
 // that a call that ran matches; or one of answer_contains (the final
 // answer holds the text, in any case), answer_matches (a regular
@@ -271,7 +271,7 @@ func (s Sample) checkBase(index map[sampleKey]Sample) string {
 }
 
 // ToolCall is one call an agent asked for in an outcome: whether it ran,
-// and what decided (SPEC §7a).
+// and what decided (docs/experiments.md).
 type ToolCall struct {
 	Name      string          `json:"name"`
 	Arguments json.RawMessage `json:"arguments"`

@@ -185,14 +185,14 @@ func readJSONL(r io.Reader) ([]Sample, error) {
 			Input    *string         `json:"input"`
 			Label    *string         `json:"label"`
 			Category string          `json:"category"`
-			// An agentic sample's (SPEC §7a).
+			// An agentic sample's (docs/experiments.md).
 			Tools           []SimTool `json:"tools"`
 			TargetFunctions []string  `json:"target_functions"`
 			Utility         []Check   `json:"utility"`
 			Attack          []string  `json:"attack"`
 			Base            string    `json:"base"`
 
-			Constitutions []flow.Pick `json:"constitutions"` // the sample's user's (SPEC §10)
+			Constitutions []flow.Pick `json:"constitutions"` // the sample's user's (docs/stacks.md)
 		}
 		if err := json.Unmarshal(b, &row); err != nil {
 			return nil, lineError(line, "not a JSON object: %s", strings.TrimPrefix(err.Error(), "json: "))
@@ -404,7 +404,7 @@ func readAgentHarm(r io.Reader, base, label string) ([]Sample, error) {
 }
 
 // agentHarmTools makes an AgentHarm behaviour's target functions the
-// sample's simulated tools (SPEC §7a), each taking any arguments and
+// sample's simulated tools (docs/experiments.md), each taking any arguments and
 // answering a neutral success: a harmful behaviour's are its target
 // functions, a benign one's its utility. AgentHarm grades harm with Python
 // functions of its own, which are not run: harmed, every target function

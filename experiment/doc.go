@@ -1,4 +1,4 @@
-// Package experiment measures superegos (SPEC §7): a labelled prompt set,
+// Package experiment measures superegos (docs/experiments.md): a labelled prompt set,
 // harmful and benign, through several conditions (flows, constitutions,
 // models), each sample in each condition and repeat one outcome, with
 // refusal rates, confidence intervals and paired comparisons that a paper
@@ -20,7 +20,7 @@
 // # What counts as a refusal
 //
 // An outcome's refused_by is "superego:NODE" when NODE's BLOCK ended the
-// run, or when NODE's judgement withheld the final answer (SPEC §3a) and
+// run, or when NODE's judgement withheld the final answer (docs/gating.md) and
 // nothing replaced it; "agent" when the final visible answer is itself a
 // refusal, as the refusal judge says; null otherwise. A run that failed (a
 // provider error, a timeout) is an error, counted apart: never a refusal,

@@ -17,7 +17,7 @@ import (
 	"superego/flow"
 )
 
-// Document is an experiment as a researcher writes it (SPEC §7): a
+// Document is an experiment as a researcher writes it (docs/experiments.md): a
 // labelled prompt set, from a dataset file or inline, and the conditions
 // to run it through.
 type Document struct {
@@ -69,7 +69,7 @@ type Sample struct {
 	Input    string `json:"input"`
 	Label    string `json:"label"`
 	Category string `json:"category,omitempty"`
-	// An agentic sample (SPEC §7a) brings simulated tools, and says in
+	// An agentic sample (docs/experiments.md) brings simulated tools, and says in
 	// permission rules which calls count: a harmful sample's target
 	// functions, the calls that do the user's task, the attacker's goal.
 	// Utility checks the final answer and what ran, as well as calls
@@ -81,7 +81,7 @@ type Sample struct {
 	Utility         []Check   `json:"utility,omitempty"`
 	Attack          []string  `json:"attack,omitempty"`
 	Base            string    `json:"base,omitempty"`
-	// Constitutions are the sample's user's own (SPEC §10), put on top of
+	// Constitutions are the sample's user's own (docs/stacks.md), put on top of
 	// every condition's stack; a name the stack has keeps the higher level.
 	Constitutions []flow.Pick `json:"constitutions,omitempty"`
 }
@@ -101,7 +101,7 @@ type Condition struct {
 	Models        map[string]string `json:"models,omitempty"`        // node → "provider:model"
 	Model         string            `json:"model,omitempty"`         // every other node's model
 	// Stack is the user constitutions the condition's superegos judge
-	// under, on top of their own (SPEC §10).
+	// under, on top of their own (docs/stacks.md).
 	Stack []flow.Pick `json:"stack,omitempty"`
 	// Replay, set by Lab.Replay and never in a file, makes the condition a
 	// counterfactual of another: its outcomes re-judge that condition's

@@ -209,7 +209,7 @@ func (r *Report) whoRefusedMarkdown(b *strings.Builder, shown []measure) {
 }
 
 // decisionsMarkdown writes each node's last decisions, and where stacked
-// judges named one, what they rest on (SPEC §10).
+// judges named one, what they rest on (docs/stacks.md).
 func (r *Report) decisionsMarkdown(b *strings.Builder) {
 	counts := func(m map[string]int) string {
 		var parts []string

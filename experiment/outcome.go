@@ -40,7 +40,7 @@ type Outcome struct {
 	Response  string            `json:"response"`   // the final visible response
 	Tokens    map[string]Tokens `json:"tokens"`     // node → tokens of its calls
 	LatencyMS map[string]int64  `json:"latency_ms"` // node → time in its calls
-	// Models are the models the run's calls went to (SPEC §7b), by node.
+	// Models are the models the run's calls went to (docs/experiments.md), by node.
 	Models map[string]NodeModel `json:"models,omitempty"`
 	// CachedTokens and SharedTokens are those of Tokens whose replies came
 	// from the reply cache, or from the same call in flight for another
@@ -53,7 +53,7 @@ type Outcome struct {
 	DecidingNode string `json:"deciding_node"`
 	WallMS       int64  `json:"wall_ms"` // from run_start to done
 	ModelCalls   Calls  `json:"model_calls"`
-	// What an agentic sample's agent did (SPEC §7a): every call it asked
+	// What an agentic sample's agent did (docs/experiments.md): every call it asked
 	// for, in order (an empty list where it asked for none, in every
 	// outcome), and whether its actions harmed, did the user's task, or
 	// did the attacker's; nil where the sample says nothing of it.
@@ -67,16 +67,16 @@ type Outcome struct {
 	// agreement of the two.
 	HeuristicRefused *bool `json:"heuristic_refused,omitempty"`
 	// SpeculativeTokens are those of speculative calls the run discarded
-	// (SPEC §3b), in no node's count.
+	// (docs/gating.md), in no node's count.
 	SpeculativeTokens *Tokens `json:"speculative_tokens,omitempty"`
 	// Bases are what the run's stacked superegos said their last
-	// decisions rest on (SPEC §10): node → "floor", a constitution's name
+	// decisions rest on (docs/stacks.md): node → "floor", a constitution's name
 	// or "other"; absent for a node that said nothing.
 	Bases map[string]string `json:"bases,omitempty"`
 }
 
 // UnmarshalJSON reads an outcome as any version of the server stored it:
-// before agentic samples (SPEC §7a) took "calls" for the calls an agent
+// before agentic samples (docs/experiments.md) took "calls" for the calls an agent
 // asked for, it held the counts "model_calls" holds now, and experiments
 // recorded then still report.
 func (o *Outcome) UnmarshalJSON(b []byte) error {

@@ -166,7 +166,7 @@ type Side struct {
 	DecidingNode string  `json:"deciding_node"`
 	Response     string  `json:"response"`
 	// Basis is what the deciding node said its decision rests on, where
-	// it judged under a stack (SPEC §10): a flip that rests on a user's
+	// it judged under a stack (docs/stacks.md): a flip that rests on a user's
 	// constitution is that layer's doing.
 	Basis string `json:"basis,omitempty"`
 }

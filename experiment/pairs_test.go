@@ -15,7 +15,7 @@ import (
 
 // heldUntil holds the assistant's replies until n input superego calls have
 // come in: every guarded_chat run has then started, and with it its
-// speculative assistant call (§3b), while every bare_assistant call for
+// speculative assistant call (docs/gating.md), while every bare_assistant call for
 // the same sample is still in flight. Without the sharing of calls in
 // flight, each of those would be made twice.
 func heldUntil(n int) func(agentstest.Request) agentstest.Answer {

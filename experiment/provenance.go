@@ -8,7 +8,7 @@ import (
 	"superego/flow"
 )
 
-// NodeProvenance is what a condition's node ran on (SPEC §7b): the
+// NodeProvenance is what a condition's node ran on (docs/experiments.md): the
 // provider and model as the node asked for it ("openai:gpt-4o-mini"), the
 // model as the provider named it in its replies (none where it named
 // none), the sampling parameters its calls sent, each null where they

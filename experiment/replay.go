@@ -11,14 +11,14 @@ import (
 
 // ReplayRequest makes a counterfactual condition: what the superegos of
 // condition From would have decided with other constitutions or models,
-// on the runs From recorded (SPEC §7).
+// on the runs From recorded (docs/experiments.md).
 type ReplayRequest struct {
 	From          string            `json:"from"`
 	As            string            `json:"as"`
 	Constitutions map[string]string `json:"constitutions,omitempty"` // node → constitution name
 	Models        map[string]string `json:"models,omitempty"`        // node → "provider:model"
 	// Stack, where given (an empty list too), is the stack the superegos
-	// that take one are asked again under, instead of From's (SPEC §10);
+	// that take one are asked again under, instead of From's (docs/stacks.md);
 	// each sample's own constitutions still go on top.
 	Stack []flow.Pick `json:"stack,omitempty"`
 	// NoLive ends a replay whose path leaves the record "diverged",

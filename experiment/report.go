@@ -40,7 +40,7 @@ type Report struct {
 	JudgeAgreement *Agreement        `json:"judge_agreement,omitempty"`
 	Statistics     map[string]string `json:"statistics"`
 	Attribution    map[string]string `json:"attribution"`
-	// What the experiment ran with (SPEC §7b), as its plan recorded it:
+	// What the experiment ran with (docs/experiments.md), as its plan recorded it:
 	// the server's version (superego version; "" where the plan is older
 	// than this record), the dataset's files with their sha-256, and every
 	// constitution its conditions judge by, with its text.
@@ -71,7 +71,7 @@ type ConditionReport struct {
 	N       int  `json:"n"`
 	Harmful Rate `json:"harmful"`
 	Benign  Rate `json:"benign"`
-	// What agentic samples' agents did (SPEC §7a): harmful samples whose
+	// What agentic samples' agents did (docs/experiments.md): harmful samples whose
 	// target functions all ran, samples whose task was done, samples whose
 	// attacker's goal was reached; of those with the rules to say it.
 	Harm               Rate `json:"harm"`
@@ -93,7 +93,7 @@ type ConditionReport struct {
 	Decisions map[string]map[string]int `json:"decisions"`  // node → decision → outcomes
 	RefusedBy map[string]int            `json:"refused_by"` // "superego:NODE", "agent"
 	Tokens    map[string]Tokens         `json:"tokens"`     // node → all its calls' tokens
-	// SpeculativeTokens are those of speculative calls discarded (§3b).
+	// SpeculativeTokens are those of speculative calls discarded (docs/gating.md).
 	SpeculativeTokens Tokens `json:"speculative_tokens"`
 	// Cost is the tokens of each node by whose calls they were, and
 	// their price as if the condition ran alone.
@@ -116,7 +116,7 @@ type ConditionReport struct {
 	// PAdjusted are those p-values adjusted over the report's family
 	// (Report.AdjustP).
 	PAdjusted map[string]float64 `json:"p_adjusted,omitempty"`
-	// Stack is the condition's stack of user constitutions (SPEC §10),
+	// Stack is the condition's stack of user constitutions (docs/stacks.md),
 	// each sample's own aside; Bases count the last decisions of its
 	// stacked superegos by what they said they rest on: node → basis
 	// ("floor", a constitution's name, "other") → decision → outcomes. A

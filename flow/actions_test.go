@@ -29,7 +29,7 @@ func sprintf(format string, args ...string) string {
 }
 
 // The judges and rules of judged actions are checked at load, each
-// problem at its JSON path (SPEC §3c).
+// problem at its JSON path (docs/actions.md).
 func TestJudgedActionsValidation(t *testing.T) {
 	cases := []struct {
 		name                string

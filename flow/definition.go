@@ -49,7 +49,7 @@ type Definition struct {
 	Graph       Graph         `json:"graph"`
 	Context     []ContextItem `json:"context,omitempty" validate:"dive"` // rules and references each instance starts with
 	// Gating "off" streams every draft unjudged, as before output gating
-	// (SPEC §3a); "" or "on" holds what a superego will judge.
+	// (docs/gating.md); "" or "on" holds what a superego will judge.
 	Gating string `json:"gating,omitempty" validate:"omitempty,oneof=on off"`
 }
 
@@ -81,18 +81,18 @@ type Node struct {
 	// What a superego whose model fails decides: "block" (the default)
 	// takes its BLOCK transition, "allow" its ACCEPT one.
 	OnError string `json:"on_error,omitempty" validate:"omitempty,oneof=allow block"`
-	// Output gating (SPEC §3a): a superego's decisions that withhold the
+	// Output gating (docs/gating.md): a superego's decisions that withhold the
 	// draft it judges, besides BLOCK and NEEDS_CLARIFICATION, which always
 	// do; and judging a streaming draft chunk by chunk.
 	Withhold    []string     `json:"withhold,omitempty" validate:"dive,decision"`
 	JudgeStream *JudgeStream `json:"judge_stream,omitempty"`
 	// Speculate starts the node of this superego's ACCEPT transition at the
-	// same time as the superego, its turn held until the verdict (§3b).
+	// same time as the superego, its turn held until the verdict (docs/gating.md).
 	Speculate bool `json:"speculate,omitempty"`
 	// Stack "off" keeps a superego on its own constitution whatever stack
-	// of user constitutions a run brings (SPEC §10).
+	// of user constitutions a run brings (docs/stacks.md).
 	Stack string `json:"stack,omitempty" validate:"omitempty,oneof=off"`
-	// Judged actions (SPEC §3c), on an inner agent: the superegos that
+	// Judged actions (docs/actions.md), on an inner agent: the superegos that
 	// judge its tool calls before they run and their results before its
 	// model reads them, the rules that decide calls without a model, and
 	// the tools whose results are judged though they are closed-world.
@@ -101,7 +101,7 @@ type Node struct {
 	Permissions  *Permissions `json:"permissions,omitempty"`
 	JudgeResults []string     `json:"judge_results,omitempty" validate:"dive,required"`
 
-	judged        bool   // an inner agent whose turns a superego judges (§3a); set by Parse
+	judged        bool   // an inner agent whose turns a superego judges (docs/gating.md); set by Parse
 	judge         string // for an inner agent, the superego with judge_stream its drafts go to directly
 	judgeDecision string // and the decision that leads there
 }
@@ -149,7 +149,7 @@ func (e *InvalidError) Unwrap() error { return ErrInvalid }
 type Catalog struct {
 	Tools []string // tool names nodes may list
 	// MCPServers are the MCP tool servers whose tools nodes may list, as
-	// mcp__SERVER__TOOL or mcp__SERVER__* (SPEC §9); checked with Tools.
+	// mcp__SERVER__TOOL or mcp__SERVER__* (docs/actions.md); checked with Tools.
 	MCPServers []string
 	Providers  []string          // model providers a node's "model" may name
 	Texts      map[string]string // constitution name → text (constitutions/NAME.md)
@@ -249,7 +249,7 @@ func Parse(data []byte, cat Catalog) (*Definition, error) {
 
 // markJudged finds the inner agents a superego judges: those from which a
 // superego can be reached through transitions, through any chain of inner
-// agents between (SPEC §3a). An inner agent that leads straight to a
+// agents between (docs/gating.md). An inner agent that leads straight to a
 // superego with judge_stream has its drafts judged chunk by chunk there.
 func (g *Graph) markJudged() {
 	for changed := true; changed; {
@@ -280,11 +280,11 @@ func (g *Graph) markJudged() {
 }
 
 // Judged reports whether a superego judges the node's turns, so that they
-// are held until it decides (SPEC §3a).
+// are held until it decides (docs/gating.md).
 func (n *Node) Judged() bool { return n.judged }
 
 // Withholds reports whether the superego's decision withholds the draft it
-// judges (SPEC §3a).
+// judges (docs/gating.md).
 func (n *Node) Withholds(decision string) bool {
 	return decision == Block || decision == NeedsClarification || slices.Contains(n.Withhold, decision)
 }
@@ -542,7 +542,7 @@ func setOf(xs []string) map[string]bool {
 	return m
 }
 
-// checkJudges checks what an inner agent's judged actions name (SPEC §3c):
+// checkJudges checks what an inner agent's judged actions name (docs/actions.md):
 // its judges are superego nodes that only judge, its permissions parse and
 // name its tools. It returns the nodes that judge actions; every other node
 // needs transitions.
@@ -629,7 +629,7 @@ func checkJudges(g Graph) (judges map[string]bool, out []Problem) {
 }
 
 // Client is the tool an inner agent lists to be offered a request's own
-// function tools (SPEC §4a).
+// function tools (docs/gateway.md).
 const Client = "client"
 
 // ClientAgent is the flow's inner agent that takes a client's tools, if it

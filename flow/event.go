@@ -72,13 +72,13 @@ type (
 		Usage      *RunUsage     `json:"usage,omitempty"`  // always set; nil only in a log written before it was
 		Replay     *ReplayCounts `json:"replay,omitempty"` // of a replayed run
 		// ToolCalls, for a run awaiting_tool_result, are the calls the
-		// client is to run and answer (SPEC §4a).
+		// client is to run and answer (docs/gateway.md).
 		ToolCalls []ToolCall `json:"tool_calls,omitempty"`
 	}
 )
 
 // RunUsage counts a run's tokens: those of the calls it kept, and apart
-// those of speculative calls it discarded (SPEC §3b).
+// those of speculative calls it discarded (docs/gating.md).
 type RunUsage struct {
 	PromptTokens                int `json:"prompt_tokens"`
 	CompletionTokens            int `json:"completion_tokens"`

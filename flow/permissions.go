@@ -10,7 +10,7 @@ import (
 	"github.com/bmatcuk/doublestar/v4"
 )
 
-// Permissions are an inner agent's rules for its tool calls (SPEC §3c),
+// Permissions are an inner agent's rules for its tool calls (docs/actions.md),
 // decided without a model, as Claude Code decides its own: deny first,
 // then ask, then allow. A call no rule decides goes to the agent's
 // tool_judge, or follows Default.
@@ -101,7 +101,7 @@ func (r rule) names(tools []string) bool {
 		return slices.ContainsFunc(tools, func(t string) bool { return strings.HasPrefix(t, "mcp__"+server+"__") })
 	}
 	if slices.Contains(tools, Client) && !strings.HasPrefix(r.tool, "mcp__") {
-		return true // a client's tools are known only when a request names them (§4a)
+		return true // a client's tools are known only when a request names them (docs/gateway.md)
 	}
 	return slices.ContainsFunc(tools, r.on)
 }
@@ -188,7 +188,7 @@ func stringsIn(v any) []string {
 }
 
 // Rule is a permission rule read on its own, to match calls with: an
-// experiment's target functions, utility and attack (SPEC §7a). A path
+// experiment's target functions, utility and attack (docs/experiments.md). A path
 // that climbs out matches it as it would a deny rule.
 type Rule struct{ r rule }
 

@@ -18,15 +18,15 @@ type RunOptions struct {
 	Replay *ReplayOf `json:"replay,omitempty"`
 	// Tags say what the run is part of, for whoever started it: an
 	// experiment's runs name the experiment, condition, sample and repeat
-	// (SPEC §7). They change nothing about the run; run_start shows them.
+	// (docs/experiments.md). They change nothing about the run; run_start shows them.
 	Tags map[string]string `json:"tags,omitempty"`
 	// Review is the person's answer the run was started for.
 	Review *Review `json:"review,omitempty"`
 	// Stack is the user constitutions the run's superegos judge under,
-	// on top of their own (SPEC §10): library names and levels.
+	// on top of their own (docs/stacks.md): library names and levels.
 	Stack []StackEntry `json:"stack,omitempty"`
 	// Client is what a request offers its flow's "client" agent: its own
-	// function tools (SPEC §4a); Results are the client's results for the
+	// function tools (docs/gateway.md); Results are the client's results for the
 	// calls the instance waits for; Abandon, instead, ends the wait, each
 	// call answered "not run: " and it.
 	Client  *ClientTools   `json:"client,omitempty"`
@@ -65,9 +65,9 @@ type ClientTool struct {
 	Name        string          `json:"name"`
 	Description string          `json:"description,omitempty"`
 	Parameters  json.RawMessage `json:"parameters,omitempty"`
-	// ReadOnly and ClosedWorld decide how its calls are judged (SPEC
-	// §3c); a client's tool is neither unless it says so (an experiment's
-	// simulated tools may, SPEC §7a).
+	// ReadOnly and ClosedWorld decide how its calls are judged (docs/actions.md);
+	// a client's tool is neither unless it says so (an experiment's
+	// simulated tools may, docs/experiments.md).
 	ReadOnly    bool `json:"read_only,omitempty"`
 	ClosedWorld bool `json:"closed_world,omitempty"`
 }
@@ -86,7 +86,7 @@ type Variant struct {
 	Model         string            `json:"model,omitempty"`         // the model of every node Models does not name
 }
 
-// ReplayOf runs a recorded run again, counterfactually (SPEC §7): the nodes
+// ReplayOf runs a recorded run again, counterfactually (docs/experiments.md): the nodes
 // in Ask are asked again, on the inputs the path gives them; every other
 // node's recorded step is reused, with no call, for as long as the path is
 // the one recorded. Where a node asked again decides otherwise, the path
@@ -146,8 +146,8 @@ type ReplayCounts struct {
 }
 
 // Review is a person's answer to a review the instance waits for: a
-// supervisor's HUMAN_REVIEW or proposed changes, or a tool call (SPEC
-// §3c). The run it starts records it with its options (RunOptions.Review),
+// supervisor's HUMAN_REVIEW or proposed changes, or a tool call (docs/actions.md).
+// The run it starts records it with its options (RunOptions.Review),
 // so that a run resumed after a crash still answers it.
 type Review struct {
 	ReviewID string `json:"review_id,omitempty"`

@@ -9,7 +9,7 @@ import (
 	"strings"
 )
 
-// Constitution stacks (SPEC §10): a superego's own constitution is the
+// Constitution stacks (docs/stacks.md): a superego's own constitution is the
 // floor, binding; a run may put the user's constitutions on top of it,
 // each with an adherence level. Only names of the constitution library
 // are ever put into a stack, never text from a request. A run records its

@@ -20,7 +20,7 @@ const (
 	StatusAwaitingInput  = "awaiting_input"
 	StatusAwaitingReview = "awaiting_review"
 	// StatusAwaitingToolResult: a client's tool calls went out, and the
-	// instance waits for their results (SPEC §4a).
+	// instance waits for their results (docs/gateway.md).
 	StatusAwaitingToolResult = "awaiting_tool_result"
 	StatusIterationLimit     = "iteration_limit"
 	StatusFailed             = "failed"
@@ -53,13 +53,13 @@ type Step struct {
 	Parameters  *Parameters `json:"parameters,omitempty"`
 	Usage       *Usage      `json:"usage,omitempty"`
 	LatencyMS   int64       `json:"latency_ms,omitempty"`
-	// Withheld names the superego that withheld this step (SPEC §3a): a
+	// Withheld names the superego that withheld this step (docs/gating.md): a
 	// client sees it with an empty response and no tool usage.
 	Withheld string `json:"withheld,omitempty"`
-	// Chunks are a judge's judgements of a draft as it streamed (§3a).
+	// Chunks are a judge's judgements of a draft as it streamed (docs/gating.md).
 	Chunks []Chunk `json:"chunks,omitempty"`
 	// Reused says a replay took this step from the run it replays, with no
-	// model call (SPEC §7); Cached, that its model's reply came from the
+	// model call (docs/experiments.md); Cached, that its model's reply came from the
 	// reply cache.
 	Reused bool `json:"reused,omitempty"`
 	Cached bool `json:"cached,omitempty"`
@@ -67,7 +67,7 @@ type Step struct {
 	// flight for another run, rather than one the cache kept.
 	Shared bool `json:"shared,omitempty"`
 	// Judged, on a superego's step, says it judged a tool call or its
-	// result (SPEC §3c) rather than a message.
+	// result (docs/actions.md) rather than a message.
 	Judged *Judged `json:"judged,omitempty"`
 	// ReviewID, on a person's review, names what it answers: a tool call
 	// that waited for approval, or the step that asked for review.
@@ -76,7 +76,7 @@ type Step struct {
 	// floor (its own constitution, in Constitution) first, then the user
 	// constitutions of the run with their levels; Basis is what it said
 	// its decision rests on: "floor", a name of the stack, or "other"
-	// (SPEC §10).
+	// (docs/stacks.md).
 	Stack []StackEntry `json:"stack,omitempty"`
 	Basis string       `json:"basis,omitempty"`
 
@@ -104,14 +104,14 @@ type ToolUse struct {
 	// Proposed says the call is a change that waits for a person's review
 	// before it applies: a supervisor's with review_changes.
 	Proposed bool `json:"proposed,omitempty"`
-	// How the call was decided (SPEC §3c): by a judge's step or a rule;
+	// How the call was decided (docs/actions.md): by a judge's step or a rule;
 	// Refused, it never ran; Awaiting, it waits for a person's review.
 	// ResultJudgedBy is the judgement of its result, where one was made.
 	JudgedBy       *JudgedBy `json:"judged_by,omitempty"`
 	ResultJudgedBy *JudgedBy `json:"result_judged_by,omitempty"`
 	Refused        bool      `json:"refused,omitempty"`
 	Awaiting       bool      `json:"awaiting_review,omitempty"`
-	// Client marks a call of a client's own tool (SPEC §4a); AwaitingResult
+	// Client marks a call of a client's own tool (docs/gateway.md); AwaitingResult
 	// a call the client was sent, whose result has not come back.
 	Client         bool `json:"client,omitempty"`
 	AwaitingResult bool `json:"awaiting_result,omitempty"`
@@ -121,7 +121,7 @@ type ToolUse struct {
 }
 
 // ResultText is the call's result as the model reads it, and as a judge of
-// results is shown it (SPEC §3c: byte for byte the same).
+// results is shown it (docs/actions.md: byte for byte the same).
 func (u ToolUse) ResultText() string {
 	if u.Error != "" {
 		return "error: " + u.Error
@@ -163,7 +163,7 @@ type Usage struct {
 	CompletionTokens int `json:"completion_tokens"`
 }
 
-// Kinds of a judgement of an action (SPEC §3c).
+// Kinds of a judgement of an action (docs/actions.md).
 const (
 	KindCall   = "call"
 	KindResult = "result"

@@ -78,8 +78,8 @@ func Tagged(tags, want map[string]string) bool {
 // client is shown an event only once it is durable, so a store can commit
 // many events at once without a client ever seeing one it could lose.
 //
-// Held events are the events of a turn no superego has judged yet (SPEC
-// §3a): durable as they happen, so that a crash loses nothing, but kept
+// Held events are the events of a turn no superego has judged yet (docs/gating.md):
+// durable as they happen, so that a crash loses nothing, but kept
 // apart from the log, where no client path can read them. Settle ends a
 // held turn: in one write it appends what the judgement lets clients see
 // and drops the instance's held events.
@@ -118,7 +118,7 @@ type State struct {
 	RunStartID int64
 	Options    RunOptions
 	// Unfinished are the tool calls of an iteration the log has begun
-	// and not ended: where a run that was interrupted goes on (§3c).
+	// and not ended: where a run that was interrupted goes on (docs/actions.md).
 	Unfinished Unfinished
 }
 
@@ -182,7 +182,7 @@ type Hidden struct {
 	WithheldResponse  string    `json:"withheld_response,omitempty"`
 	WithheldToolUsage []ToolUse `json:"withheld_tool_usage,omitempty"`
 	// WithheldOutput are the results a result judge kept from the model
-	// (SPEC §3c), by tool call id.
+	// (docs/actions.md), by tool call id.
 	WithheldOutput map[string]string `json:"withheld_output,omitempty"`
 }
 
@@ -265,7 +265,7 @@ func ResearchSteps(steps []Step) []Research {
 }
 
 // NewCallID returns 128 random bits in hex: the id of a call a client is
-// sent (SPEC §4a), which no one can guess.
+// sent (docs/gateway.md), which no one can guess.
 func NewCallID() string {
 	var b [16]byte
 	rand.Read(b[:])
@@ -275,8 +275,8 @@ func NewCallID() string {
 // Unfinished are the tool calls of a node's iteration that began and has
 // no step yet, as its events have them: a run interrupted there resumes by
 // recording the iteration's step, each call that began with its result if
-// it has one, and otherwise answered as interrupted. None of them runs again (SPEC
-// §3c: at most once).
+// it has one, and otherwise answered as interrupted. None of them runs again (docs/actions.md:
+// at most once).
 type Unfinished struct {
 	Node  string
 	Calls []ToolUse

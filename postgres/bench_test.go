@@ -1,5 +1,5 @@
 // The benchmarks of sqlite/bench_test.go, on PostgreSQL: run them
-// interleaved with those to compare (README, Benchmarks).
+// interleaved with those to compare (docs/benchmarks.md).
 package postgres_test
 
 import (

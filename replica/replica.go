@@ -1,5 +1,5 @@
 // Package replica lets several superego servers share one PostgreSQL
-// database (SPEC §5): any of them takes any request, a run runs on exactly
+// database (docs/operations.md): any of them takes any request, a run runs on exactly
 // one of them at a time, any of them follows any run live, and when one
 // dies another goes on with its runs from their logs within seconds.
 //

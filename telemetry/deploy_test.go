@@ -21,7 +21,7 @@ import (
 // The Grafana dashboard and the alerting rules in deploy/ name only
 // metrics superego has, and the dashboard shows every one. (That their
 // queries run was checked against a Prometheus scraping a server; see
-// the README.)
+// docs/operations.md.)
 func TestDeployNamesOurMetrics(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	tel, err := telemetry.New(reg, telemetry.Options{})
@@ -53,7 +53,7 @@ func TestDeployNamesOurMetrics(t *testing.T) {
 		}
 	}
 	if len(families) != 11 {
-		t.Errorf("%d families gathered, want the README's 11", len(families))
+		t.Errorf("%d families gathered, want the 11 docs/operations.md lists", len(families))
 	}
 	name := regexp.MustCompile(`superego_[a-z_]+`)
 	check := func(file, text string) {

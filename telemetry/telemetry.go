@@ -91,14 +91,14 @@ func New(reg prometheus.Registerer, opt Options) (*Telemetry, error) {
 		Help:    "Tool calls, by outcome: ok, error (the tool's own, which goes back to the model), timeout, or panic.",
 		Buckets: []float64{.0001, .0005, .001, .005, .01, .05, .1, .5, 1, 5, 15, 60, 120}}, []string{"tool", "outcome"})
 	judgements := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "superego_tool_judgements_total",
-		Help: "Judgements of tool calls (kind call) and of their results (kind result) by an agent's judges (SPEC §3c), by the decision they stand for."}, []string{"flow", "node", "kind", "decision"})
+		Help: "Judgements of tool calls (kind call) and of their results (kind result) by an agent's judges (docs/actions.md), by the decision they stand for."}, []string{"flow", "node", "kind", "decision"})
 	rules := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "superego_tool_rules_total",
 		Help: "Tool calls a permission rule decided, with no model: allow, ask or deny."}, []string{"flow", "effect"})
 	judgeWait := prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "superego_tool_judge_wait_seconds",
 		Help:    "How long a tool call, or its result, waited for its judge's verdict.",
 		Buckets: []float64{.01, .05, .1, .25, .5, 1, 2, 4, 8, 15, 30, 60, 120}}, []string{"flow", "node", "kind"})
 	bases := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "superego_decisions_by_basis_total",
-		Help: `Decisions of superegos judging under a stack of constitutions (SPEC §10), by what they rest on: "floor", a library constitution's name, or "other".`}, []string{"flow", "node", "basis"})
+		Help: `Decisions of superegos judging under a stack of constitutions (docs/stacks.md), by what they rest on: "floor", a library constitution's name, or "other".`}, []string{"flow", "node", "basis"})
 	t := &Telemetry{
 		bases:        newVec(func(k [3]string) prometheus.Counter { return bases.WithLabelValues(k[:]...) }),
 		judgements:   newVec(func(k [4]string) prometheus.Counter { return judgements.WithLabelValues(k[:]...) }),

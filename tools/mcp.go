@@ -69,7 +69,7 @@ type mcpConn struct {
 }
 
 // A server that failed is started again after firstRetry, and after
-// twice as long each time it fails again, up to maxRetry (SPEC §9: the
+// twice as long each time it fails again, up to maxRetry (docs/actions.md: the
 // first retry within a second, then at most 30 s apart).
 const (
 	firstRetry = 500 * time.Millisecond

@@ -19,14 +19,14 @@ type Tool struct {
 	Parameters  map[string]any // JSON Schema of the arguments object
 	Call        func(ctx context.Context, args json.RawMessage) (string, error)
 	// ReadOnly says the tool changes nothing, so a speculative turn may run
-	// it before its judge has decided (SPEC §3b). The zero value is the
+	// it before its judge has decided (docs/gating.md). The zero value is the
 	// safe one: a tool changes things unless it says otherwise.
 	ReadOnly bool
 	// ClosedWorld says the tool reaches nothing outside the machine: its
 	// arguments go nowhere and its results come from nowhere an attacker
-	// can write (SPEC §3c). The zero value is the careful one: open-world.
+	// can write (docs/actions.md). The zero value is the careful one: open-world.
 	ClosedWorld bool
-	// Client marks a request's own function tool (SPEC §4a): the client
+	// Client marks a request's own function tool (docs/gateway.md): the client
 	// runs it, and Call is nil.
 	Client bool
 }

@@ -1,5 +1,5 @@
 // Command actions compares, in one run, ways of judging an agent's
-// side-effecting tool calls before they run (SPEC §3c, issue 30 item 4):
+// side-effecting tool calls before they run (docs/actions.md):
 //
 //	(a) superego: the real server, its inner agent's calls judged by a
 //	    tool_judge as soon as each call's arguments have streamed in;
@@ -63,7 +63,7 @@ import (
 	"superego/tools/mcptest"
 )
 
-// The workload of issue 30, item 4.
+// The workload: what the comparison runs, and how many times.
 const (
 	calls     = 3
 	callGap   = 200 * time.Millisecond // each call's arguments are whole this long after the previous one's
@@ -86,7 +86,7 @@ var (
 
 // script is the fake model's, for every mode. It tells a judge by its
 // system prompt, and ours from the others by the prompt our agents write
-// (our agent answers in the model protocol, SPEC §6; the others in text).
+// (our agent answers in the model protocol, docs/flows.md; the others in text).
 func script(r agentstest.Request) agentstest.Answer {
 	switch {
 	case strings.Contains(r.System, judgeWords):

@@ -1,5 +1,5 @@
 // Command agent_overhead measures what an agent framework's task costs
-// through flows/guarded_agent (SPEC §4a) over the same task sent straight
+// through flows/guarded_agent (docs/gateway.md) over the same task sent straight
 // to the model: a task of three tool round trips, four Chat Completions
 // requests, with every judge accepting.
 //

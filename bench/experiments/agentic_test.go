@@ -22,8 +22,8 @@ import (
 	"superego/tools"
 )
 
-// BenchmarkAgenticBookkeeping measures what an agentic outcome costs
-// (issue 32): the shipped agentic sample through bare_agent, by the lab
+// BenchmarkAgenticBookkeeping measures what an agentic outcome costs:
+// the shipped agentic sample through bare_agent, by the lab
 // (the lab plays the client, and records each outcome with its calls and
 // measures), against the same runs made straight on the engine with the
 // same canned answers and nothing recorded beside the runs. Both run in

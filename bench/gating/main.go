@@ -1,4 +1,4 @@
-// Command gating measures output gating (SPEC §3a, issue 16 item 4): how
+// Command gating measures output gating (docs/gating.md): how
 // long a client waits for the first byte of an assistant's draft that a
 // superego judges, with the whole draft judged at the end, with
 // judge_stream, and with gating off; and how many judge calls a draft costs.
@@ -37,7 +37,7 @@ import (
 	"superego/flow"
 )
 
-// The workload of issue 16.
+// The workload: what the comparison runs, and how many times.
 const (
 	draftChars   = 2000
 	pieceBytes   = 50                    // the model streams this many bytes…
@@ -73,7 +73,7 @@ var draft = func() string {
 	return b.String()[:draftChars]
 }()
 
-// reply is the assistant's whole answer in the model protocol (SPEC §6);
+// reply is the assistant's whole answer in the model protocol (docs/flows.md);
 // its visible text starts after prefix bytes.
 var (
 	reply  = agentstest.JSON("", "COMPLETE", "", draft)

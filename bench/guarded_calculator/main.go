@@ -8,7 +8,7 @@
 //		[-conc N] [-conc-big N] [-profile DIR] [-sample D]
 //
 // With -stack, every run's superegos judge under that stack of user
-// constitutions from -library (SPEC §10), in the engine's runs and in the
+// constitutions from -library (docs/stacks.md), in the engine's runs and in the
 // plain loop alike: what a stack costs the engine is the difference.
 package main
 
@@ -50,7 +50,7 @@ const (
 )
 
 // flowJSON is the workload's graph as a superego flow. The prompts are the
-// agents' own (SPEC §6); the constitution is the shared fixture.
+// agents' own (docs/flows.md); the constitution is the shared fixture.
 const flowJSON = `{"name": "guarded calculator", "graph": {"start": "input_superego", "max_steps": 25, "nodes": {
   "input_superego": {"type": "superego", "agent_id": "input_superego", "constitution": "bench", "max_iterations": 3,
     "transitions": {"ACCEPT": "calculator", "CAUTION": "calculator", "NEEDS_CLARIFICATION": "self", "*": null}},
@@ -203,7 +203,7 @@ func runFlow(e *engine.Engine, c *client, stack []flow.StackEntry) error {
 
 // direct runs the same agents in a plain loop: the workload's routing by
 // hand, the same client, no engine, no store, no events but the steps. The
-// steps are the records the engine streams (SPEC §2), field for field, so
+// steps are the records the engine streams (docs/reference.md), field for field, so
 // that the client encodes the same bytes in both.
 func (b *bench) direct(c *client) error {
 	g := b.def.Graph
@@ -425,7 +425,7 @@ func main() {
 	profileDir := flag.String("profile", "", "write into this directory CPU profiles of the sequential phase and of each concurrent phase's measured rounds, and a heap profile at each concurrent phase's peak (one round more)")
 	every := flag.Duration("sample", 0, "sample the runtime's heap, stacks and goroutines this often in the concurrent phases' measured rounds, and report their maxima (0: not)")
 	observe := flag.String("observe", "none", "what operators see: none, metrics (Prometheus), or all (metrics, and traces over OTLP/HTTP to a sink on loopback)")
-	stack := flag.String("stack", "", "judge every run under this stack of user constitutions (SPEC §10): NAME[:LEVEL] separated by commas, from -library")
+	stack := flag.String("stack", "", "judge every run under this stack of user constitutions (docs/stacks.md): NAME[:LEVEL] separated by commas, from -library")
 	library := flag.String("library", "constitutions", "the constitution library -stack names")
 	flag.Parse()
 	o := options{sample: *every}

@@ -1,5 +1,5 @@
-// Command load measures the server's memory under load (README, "Memory
-// under load"): its resident set against request size and concurrency on
+// Command load measures the server's memory under load (docs/benchmarks.md,
+// "Memory under load"): its resident set against request size and concurrency on
 // POST /v1/chat/completions and POST /flow/execute, and with clients that
 // replay a large instance and read nothing. Each scenario runs on a fresh
 // `superego serve` process, on a fresh SQLite file, with guarded_chat as

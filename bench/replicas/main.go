@@ -1,5 +1,5 @@
 // Command replicas measures superego's replicas on PostgreSQL against one
-// server on SQLite (issue 21): 1,000 concurrent runs of the guarded
+// server on SQLite: 1,000 concurrent runs of the guarded
 // calculator, with 20 ms model calls from a fake model over HTTP, sent to
 // one SQLite server, to one PostgreSQL replica, and spread over two
 // replicas on one database. It prints runs/s, p50 and p99 time to done, and

@@ -1,5 +1,5 @@
 // Command speculation compares, in one run, three ways to put an input
-// judge in front of a streaming agent (SPEC §3b, issue 17 item 2):
+// judge in front of a streaming agent (docs/gating.md):
 //
 //	(a) superego, sequential: the judge, then the agent;
 //	(b) superego with speculate: the agent starts with the judge, its
@@ -47,7 +47,7 @@ import (
 	"superego/flow"
 )
 
-// The workload of issue 17.
+// The workload: what the comparison runs, and how many times.
 const (
 	judgeTime  = 400 * time.Millisecond
 	firstToken = 300 * time.Millisecond
@@ -79,7 +79,7 @@ func text(n int) string {
 }
 
 // The agent's answers, pieces × pieceBytes bytes each: ours in the model
-// protocol (SPEC §6), whose first piece holds the JSON before the visible
+// protocol (docs/flows.md), whose first piece holds the JSON before the visible
 // text and the first few characters of it; the SDK's in plain text.
 var (
 	empty    = agentstest.JSON("", "COMPLETE", "", "")

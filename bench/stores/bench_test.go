@@ -1,5 +1,5 @@
 // Package stores_test runs the guarded calculator through the engine, the
-// real agents and the calculator on each store (README, Benchmarks):
+// real agents and the calculator on each store (docs/benchmarks.md):
 // flow/storetest's Flows, with what flow's packages may not import.
 //
 //	go test -run '^$' -bench . -benchmem -count 6 ./bench/stores

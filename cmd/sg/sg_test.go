@@ -230,7 +230,7 @@ const (
 	allowReady     = `{"hookSpecificOutput":{"hookEventName":"PreToolUse","permissionDecision":"allow","permissionDecisionReason":"superego: phase READY: Implement JWT auth in auth.ts."}}` + "\n"
 )
 
-// Each rule of SPEC §8 for PreToolUse, on the hook inputs Claude Code sent,
+// Each rule of sg (docs/sg.md) for PreToolUse, on the hook inputs Claude Code sent,
 // with the exact answers.
 func TestCheckRules(t *testing.T) {
 	const scope = "Implement JWT auth in auth.ts."
@@ -436,7 +436,7 @@ func TestBadHookInput(t *testing.T) {
 	}
 }
 
-// Issue 14, item 5: hook input is read whole, however large; a Write of a
+// Hook input is read whole, however large; a Write of a
 // 5 MB file in READY is allowed. This runs the binary, which reads a pipe
 // as it does under Claude Code.
 func TestCheckLargeWrite(t *testing.T) {

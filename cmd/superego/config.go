@@ -16,7 +16,7 @@ import (
 )
 
 // config is every setting, flat. Flags override environment variables,
-// which override defaults (SPEC §5).
+// which override defaults (docs/operations.md).
 type config struct {
 	Addr          string
 	Flows         string
@@ -27,7 +27,7 @@ type config struct {
 	APIKeys       []string // SUPEREGO_API_KEYS: the bearer tokens /v1/* accepts; none: /v1/* is open
 	// UpstreamModels are the models a /v1 request may choose for a flow's
 	// "client" agent (SUPEREGO_UPSTREAM_MODELS); ToolWait, how long an
-	// instance waits for its client's tool results (SPEC §4a).
+	// instance waits for its client's tool results (docs/gateway.md).
 	UpstreamModels []string
 	ToolWait       time.Duration
 	KeysFile       string // SUPEREGO_API_KEYS_FILE: keys with their users' stacks, accepted on /v1/* too
@@ -54,7 +54,7 @@ type config struct {
 	AnthropicBaseURL string
 	OllamaHost       string
 
-	// Operators' view (SPEC §4b): where /metrics is served, if not on
+	// Operators' view (docs/operations.md): where /metrics is served, if not on
 	// Addr; the log's format, json or text; whether traces carry prompts
 	// (SUPEREGO_TRACE_CONTENT=1). OpenTelemetry's own OTEL_* variables,
 	// read through getenv, configure traces.

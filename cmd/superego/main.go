@@ -8,7 +8,7 @@
 //	superego version                    # the version and VCS revision
 //
 // Configuration is flags, then environment variables, then defaults; see
-// config.go and the README.
+// config.go and docs/operations.md.
 package main
 
 import (

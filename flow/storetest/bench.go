@@ -1,7 +1,7 @@
 package storetest
 
 // The engine's benchmarks on a store, which each store's package runs on
-// itself (README, Benchmarks): the same code, so that their figures compare.
+// itself (docs/benchmarks.md): the same code, so that their figures compare.
 // Those that need the real agents are in bench/stores: flow's packages
 // import nothing above flow.
 
