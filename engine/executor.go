@@ -401,6 +401,7 @@ func (r *runner) walk(ctx context.Context) (ended Outcome) {
 			return Outcome{Status: flow.StatusDiverged}
 		}
 		if spec.accepted(step) {
+			r.cur = spec.node.Name // what fails now fails there
 			err := spec.adopt(r, step)
 			if err != nil && ctx.Err() != nil && !errors.Is(err, flow.ErrTimeout) {
 				return r.stopped(ctx)

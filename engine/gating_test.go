@@ -105,6 +105,34 @@ func TestSpeculationBesideAHeldDraft(t *testing.T) {
 	}
 }
 
+// A speculative turn that fails is the error of its own node, not of the
+// judge that let it start.
+func TestAFailedSpeculativeTurnNamesItsNode(t *testing.T) {
+	def := mustParse(t, `{"name": "x", "graph": {"start": "s", "nodes": {
+	  "s": {"type": "superego", "agent_id": "s", "constitution": "c", "speculate": true, "transitions": {"ACCEPT": "a", "BLOCK": null}},
+	  "a": {"type": "inner_agent", "agent_id": "a", "transitions": {"COMPLETE": null}}}}}`)
+	agent := agentFunc(func(t *engine.Task) (engine.Reply, error) {
+		if t.Node.Name == "a" {
+			return engine.Reply{}, fmt.Errorf("%w: the agent's model is down", flow.ErrModelUnavailable)
+		}
+		return engine.Reply{Decision: flow.Accept}, nil
+	})
+	var failed []flow.ErrorData
+	x := &engine.Executor{Agent: agent}
+	out := x.Execute(context.Background(), engine.Turn{FlowID: "f", Def: def, InstanceID: "i", RunID: "r", Input: "hi"},
+		engine.Sink{Emit: func(evs ...flow.Event) error {
+			for _, e := range evs {
+				if d, ok := e.Data.(flow.ErrorData); ok {
+					failed = append(failed, d)
+				}
+			}
+			return nil
+		}})
+	if out.Status != flow.StatusFailed || len(failed) != 1 || failed[0].Node != "a" {
+		t.Errorf("%s, errors %+v: want one, at a", out.Status, failed)
+	}
+}
+
 // A turn that leads where nothing judges it is held, then released at
 // once: two writes. A crash between them resumes it released, answer and
 // all.
