@@ -300,6 +300,10 @@ func TestRulesDecideWithoutAJudge(t *testing.T) {
 		uses[1].JudgedBy.Rule != "deny: delete_file" || !uses[1].Refused || results[1] != "refused by rule deny: delete_file" {
 		t.Errorf("%+v %+v, read %q", uses[0], uses[1], results)
 	}
+	// A refused call is a guardrail that held: promptfoo is told so.
+	if g := res.Guardrails; !g.Flagged || g.FlaggedInput || !g.FlaggedOutput || g.Reason != "a call of delete_file was refused by rule deny: delete_file" {
+		t.Errorf("guardrails %+v", g)
+	}
 
 	res = execute(t, f.fixture, "listed", "the second", "")
 	if _, ok := f.file(t, res.InstanceID, "other.txt"); ok {

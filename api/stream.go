@@ -305,8 +305,9 @@ type runResult struct {
 
 // guardrails is promptfoo's: flaggedInput when a superego blocked the
 // user's message before any agent worked on it, flaggedOutput when a
-// superego withheld an agent's draft, and the superego's refusal, or what
-// it decided, as the reason.
+// superego withheld an agent's draft or a judge or rule refused one of its
+// tool calls, and the superego's refusal, or what it decided, as the
+// reason.
 type guardrails struct {
 	Flagged       bool   `json:"flagged"`
 	FlaggedInput  bool   `json:"flaggedInput"`
@@ -328,6 +329,11 @@ func (res *runResult) guard(def *flow.Definition) {
 			if st.Withheld != "" && !g.FlaggedOutput {
 				g.FlaggedOutput, g.Reason = true, "a draft was withheld by "+st.Withheld
 			}
+			for _, u := range st.ToolUsage {
+				if u.Refused && !g.FlaggedOutput {
+					g.FlaggedOutput, g.Reason = true, "a call of "+u.ToolName+" was refused by "+refuser(u.JudgedBy)
+				}
+			}
 			continue
 		}
 		last = st
@@ -340,6 +346,17 @@ func (res *runResult) guard(def *flow.Definition) {
 		}
 	}
 	g.Flagged = g.FlaggedInput || g.FlaggedOutput || res.Status == flow.StatusBlocked
+}
+
+// refuser names what refused a call: a judge's node, or a rule as written.
+func refuser(by *flow.JudgedBy) string {
+	switch {
+	case by == nil:
+		return "its judge"
+	case by.Rule != "":
+		return "rule " + by.Rule
+	}
+	return by.Node
 }
 
 // add takes an event of the run into the result.

@@ -74,6 +74,14 @@ type runResult struct {
 	Status     string      `json:"status"`
 	Response   string      `json:"response"`
 	Steps      []flow.Step `json:"steps"`
+	Guardrails guardrails  `json:"guardrails"`
+}
+
+type guardrails struct {
+	Flagged       bool   `json:"flagged"`
+	FlaggedInput  bool   `json:"flaggedInput"`
+	FlaggedOutput bool   `json:"flaggedOutput"`
+	Reason        string `json:"reason"`
 }
 
 func runTask(t *testing.T, f *fixture) (runResult, string) {
