@@ -55,9 +55,9 @@ import (
 
 	"superego/agents"
 	"superego/agents/agentstest"
-	"superego/bench/loopback"
-	"superego/bench/stats"
-	"superego/bench/wiretap"
+	"superego/bench/internal/loopback"
+	"superego/bench/internal/stats"
+	"superego/bench/internal/wiretap"
 	"superego/flow"
 	"superego/tools"
 	"superego/tools/mcptest"

@@ -38,8 +38,8 @@ import (
 
 	"superego/agents"
 	"superego/agents/agentstest"
-	"superego/bench/loopback"
-	"superego/bench/wiretap"
+	"superego/bench/internal/loopback"
+	"superego/bench/internal/wiretap"
 	"superego/flow"
 )
 
@@ -109,7 +109,7 @@ func (c *client) task() ([]request, error) {
 		if err != nil {
 			return nil, err
 		}
-		out = append(out, request{took: took, judges: judgesAlone(c.tap.Take())})
+		out = append(out, request{took: took, judges: wiretap.JudgesAlone(c.tap.Take())})
 		if finish != "tool_calls" {
 			if len(out) != requests || !strings.Contains(content, "Sunny in Oslo") {
 				return nil, fmt.Errorf("%s: request %d ended %s: %q", c.model, len(out), finish, content)
@@ -191,37 +191,6 @@ func (c *client) ask(msgs []any) (calls []toolCall, content, finish string, err 
 		}
 	}
 	return nil, "", "", fmt.Errorf("%s: the stream ended before [DONE]: %v", c.model, sc.Err())
-}
-
-// judgesAlone is how long judges' calls were in flight with no agent
-// call: what the judges added to the request's critical path.
-func judgesAlone(calls []wiretap.Call) time.Duration {
-	type span struct{ from, to time.Time }
-	var judges, agent []span
-	for _, c := range calls {
-		s := span{c.At, c.End}
-		if strings.Contains(string(c.Body), "Your node: ") { // a superego's system prompt
-			judges = append(judges, s)
-		} else {
-			agent = append(agent, s)
-		}
-	}
-	// Walk the time line in steps between the spans' ends.
-	var edges []time.Time
-	for _, s := range append(slices.Clone(judges), agent...) {
-		edges = append(edges, s.from, s.to)
-	}
-	slices.SortFunc(edges, func(a, b time.Time) int { return a.Compare(b) })
-	in := func(spans []span, t time.Time) bool {
-		return slices.ContainsFunc(spans, func(s span) bool { return !t.Before(s.from) && t.Before(s.to) })
-	}
-	var d time.Duration
-	for i := 1; i < len(edges); i++ {
-		if mid := edges[i-1].Add(edges[i].Sub(edges[i-1]) / 2); in(judges, mid) && !in(agent, mid) {
-			d += edges[i].Sub(edges[i-1])
-		}
-	}
-	return d
 }
 
 // serve starts the server `superego serve` runs, with guarded_agent, on a

@@ -40,6 +40,7 @@ import (
 	"sync"
 	"time"
 
+	"superego/bench/internal/stats"
 	"superego/experiment"
 	"superego/flow"
 	"superego/sqlite"
@@ -366,10 +367,5 @@ func spread(ms []measure, f func(measure) float64, unit string) string {
 	for i, m := range ms {
 		xs[i] = f(m)
 	}
-	slices.Sort(xs)
-	mid := xs[len(xs)/2]
-	if len(xs)%2 == 0 {
-		mid = (xs[len(xs)/2-1] + xs[len(xs)/2]) / 2
-	}
-	return fmt.Sprintf("%.3g%s [%.3g–%.3g]", mid, unit, xs[0], xs[len(xs)-1])
+	return stats.Spread(xs, "%.3g"+unit)
 }

@@ -15,6 +15,7 @@ import (
 
 	"superego/agents"
 	"superego/agents/agentstest"
+	"superego/bench/internal/stats"
 	"superego/engine"
 	"superego/experiment"
 	"superego/flow"
@@ -69,18 +70,12 @@ func BenchmarkAgenticBookkeeping(b *testing.B) {
 			}
 		}
 	}
-	l, s := median(withLab), median(straight)
+	l, s := stats.Median(withLab), stats.Median(straight)
 	b.ReportMetric(float64(l.Milliseconds()), "lab-ms")
 	b.ReportMetric(float64(s.Milliseconds()), "straight-ms")
 	b.ReportMetric(float64(l)/float64(s), "ratio")
 	b.Logf("%d agentic outcomes, 8 at a time: by the lab %v (%v–%v), straight %v (%v–%v), ratio %.3f",
 		len(samples), l, slices.Min(withLab), slices.Max(withLab), s, slices.Min(straight), slices.Max(straight), float64(l)/float64(s))
-}
-
-func median(xs []time.Duration) time.Duration {
-	s := slices.Clone(xs)
-	slices.Sort(s)
-	return s[len(s)/2]
 }
 
 func runLab(b *testing.B, lab *experiment.Lab, doc string) {

@@ -7,7 +7,7 @@
 // upstream, FLOW@anthropic:fake).
 //
 // One fake of each provider (agentstest, over loopback HTTP) answers: the
-// agent after agentTime, every judge after judgeTime; bench/wiretap records
+// agent after agentTime, every judge after judgeTime; bench/internal/wiretap records
 // what the agent's model was sent. For each request through the server,
 // the same client sends the same request straight to the fake: the fields
 // of the agent's upstream request that differ from it are counted (the
@@ -44,9 +44,9 @@ import (
 
 	"superego/agents"
 	"superego/agents/agentstest"
-	"superego/bench/loopback"
-	"superego/bench/stats"
-	"superego/bench/wiretap"
+	"superego/bench/internal/loopback"
+	"superego/bench/internal/stats"
+	"superego/bench/internal/wiretap"
 	"superego/flow"
 )
 
@@ -234,7 +234,7 @@ func (b *bench) run(p protocol, url, model string) ([]exchange, error) {
 			return nil, fmt.Errorf("request %d: %w", i+1, err)
 		}
 		calls := b.tap.Take()
-		x := exchange{took: took, judges: judgesAlone(calls), answer: answer, dropped: h.Get("X-Superego-Dropped")}
+		x := exchange{took: took, judges: wiretap.JudgesAlone(calls), answer: answer, dropped: h.Get("X-Superego-Dropped")}
 		for _, c := range calls {
 			if !strings.Contains(string(c.Body), "Your node: ") {
 				x.sent = c.Body // the agent's request: the last, where a speculative one was discarded
@@ -339,34 +339,6 @@ func differ(a, b []byte) []string {
 	}
 	slices.Sort(out)
 	return out
-}
-
-// judgesAlone is how long judges' calls were in flight with no agent
-// call: what the judges added to the request's critical path.
-func judgesAlone(calls []wiretap.Call) time.Duration {
-	type span struct{ from, to time.Time }
-	var judges, agent []span
-	var edges []time.Time
-	for _, c := range calls {
-		s := span{c.At, c.End}
-		if strings.Contains(string(c.Body), "Your node: ") { // a superego's system prompt
-			judges = append(judges, s)
-		} else {
-			agent = append(agent, s)
-		}
-		edges = append(edges, s.from, s.to)
-	}
-	slices.SortFunc(edges, func(a, b time.Time) int { return a.Compare(b) })
-	in := func(spans []span, t time.Time) bool {
-		return slices.ContainsFunc(spans, func(s span) bool { return !t.Before(s.from) && t.Before(s.to) })
-	}
-	var d time.Duration
-	for i := 1; i < len(edges); i++ {
-		if mid := edges[i-1].Add(edges[i].Sub(edges[i-1]) / 2); in(judges, mid) && !in(agent, mid) {
-			d += edges[i].Sub(edges[i-1])
-		}
-	}
-	return d
 }
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1e3 }

@@ -38,6 +38,7 @@ import (
 	"time"
 
 	"superego/agents/agentstest"
+	"superego/bench/internal/stats"
 )
 
 type scenario struct {
@@ -451,15 +452,11 @@ func sizeOf(n int) string {
 	return fmt.Sprintf("%d B", n)
 }
 
+// medianRange is the median of f over rs, with its range.
 func medianRange(rs []result, f func(result) float64) string {
 	var v []float64
 	for _, r := range rs {
 		v = append(v, f(r))
 	}
-	slices.Sort(v)
-	m := v[len(v)/2]
-	if len(v) == 1 {
-		return fmt.Sprintf("%.0f", m)
-	}
-	return fmt.Sprintf("%.0f (%.0f–%.0f)", m, v[0], v[len(v)-1])
+	return stats.Spread(v, "%.0f")
 }

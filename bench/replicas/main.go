@@ -37,6 +37,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"superego/agents/agentstest"
+	"superego/bench/internal/stats"
 )
 
 // flowJSON is the guarded-calculator workload as a flow, as
@@ -120,8 +121,7 @@ func median(rs []round, f func(round) float64) float64 {
 	for i, r := range rs {
 		v[i] = f(r)
 	}
-	slices.Sort(v)
-	return v[len(v)/2]
+	return stats.Median(v)
 }
 
 func minOf(rs []round, f func(round) float64) float64 {

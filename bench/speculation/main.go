@@ -41,9 +41,9 @@ import (
 	"time"
 
 	"superego/agents/agentstest"
-	"superego/bench/loopback"
-	"superego/bench/stats"
-	"superego/bench/wiretap"
+	"superego/bench/internal/loopback"
+	"superego/bench/internal/stats"
+	"superego/bench/internal/wiretap"
 	"superego/flow"
 )
 

@@ -16,10 +16,11 @@ import (
 	"io"
 	"os"
 	"os/exec"
-	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
+
+	"superego/bench/internal/stats"
 )
 
 // figure is one row of the table: a name, and how to read it from a JSON line.
@@ -143,7 +144,7 @@ func run(w io.Writer, rounds int, args []string, ours, peer string) error {
 				}
 			}
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t\n", f.name, spread(a, 1), spread(b, 1), spread(ratios, 2))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t\n", f.name, stats.Spread(a, "%.1f"), stats.Spread(b, "%.1f"), stats.Spread(ratios, "%.2f"))
 	}
 	return tw.Flush()
 }
@@ -156,23 +157,6 @@ func values(f figure, lines []line) []float64 {
 		}
 	}
 	return out
-}
-
-// spread is "median (min–max)" with digits after the point.
-func spread(vs []float64, digits int) string {
-	if len(vs) == 0 {
-		return "–"
-	}
-	s := slices.Clone(vs)
-	slices.Sort(s)
-	med := s[len(s)/2]
-	if len(s)%2 == 0 {
-		med = (s[len(s)/2-1] + s[len(s)/2]) / 2
-	}
-	if len(s) == 1 {
-		return fmt.Sprintf("%.*f", digits, med)
-	}
-	return fmt.Sprintf("%.*f (%.*f–%.*f)", digits, med, digits, s[0], digits, s[len(s)-1])
 }
 
 func runOne(bin string, args []string) (line, string, error) {

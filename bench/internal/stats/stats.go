@@ -4,6 +4,7 @@
 package stats
 
 import (
+	"fmt"
 	"math"
 	"slices"
 	"strconv"
@@ -23,11 +24,32 @@ func Summarize(xs []float64) Summary {
 	if len(xs) == 0 {
 		return Summary{-1, -1, -1}
 	}
+	round := func(x float64) float64 { return math.Round(x*10) / 10 }
+	return Summary{round(Median(xs)), round(slices.Min(xs)), round(slices.Max(xs))}
+}
+
+// Median is the middle of xs, or the mean of the two middles; xs is left
+// as it was. It is zero for an empty xs.
+func Median[T ~int64 | ~float64](xs []T) T {
+	if len(xs) == 0 {
+		return 0
+	}
 	s := slices.Clone(xs)
 	slices.Sort(s)
 	n := len(s)
-	round := func(x float64) float64 { return math.Round(x*10) / 10 }
-	return Summary{round((s[(n-1)/2] + s[n/2]) / 2), round(s[0]), round(s[n-1])}
+	return (s[(n-1)/2] + s[n/2]) / 2
+}
+
+// Spread is "median (min–max)" of xs, each written with verb (as "%.1f"):
+// the median alone for one value, "-" for none.
+func Spread(xs []float64, verb string) string {
+	switch len(xs) {
+	case 0:
+		return "-"
+	case 1:
+		return fmt.Sprintf(verb, xs[0])
+	}
+	return fmt.Sprintf(verb+" ("+verb+"–"+verb+")", Median(xs), slices.Min(xs), slices.Max(xs))
 }
 
 // String is "median (min–max)", or "-" for an empty sample.

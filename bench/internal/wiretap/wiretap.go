@@ -8,6 +8,8 @@ import (
 	"bytes"
 	"io"
 	"net/http"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 )
@@ -83,3 +85,32 @@ func (w *timedWriter) Write(b []byte) (int, error) {
 }
 
 func (w *timedWriter) Flush() { w.ResponseWriter.(http.Flusher).Flush() }
+
+// JudgesAlone is how long judges' calls were in flight with no agent
+// call: what the judges added to a request's critical path. A judge's
+// call is one whose body carries a superego's system prompt.
+func JudgesAlone(calls []Call) time.Duration {
+	type span struct{ from, to time.Time }
+	var judges, agent []span
+	var edges []time.Time
+	for _, c := range calls {
+		s := span{c.At, c.End}
+		if strings.Contains(string(c.Body), "Your node: ") { // a superego's system prompt
+			judges = append(judges, s)
+		} else {
+			agent = append(agent, s)
+		}
+		edges = append(edges, s.from, s.to)
+	}
+	slices.SortFunc(edges, func(a, b time.Time) int { return a.Compare(b) })
+	in := func(spans []span, t time.Time) bool {
+		return slices.ContainsFunc(spans, func(s span) bool { return !t.Before(s.from) && t.Before(s.to) })
+	}
+	var d time.Duration
+	for i := 1; i < len(edges); i++ {
+		if mid := edges[i-1].Add(edges[i].Sub(edges[i-1]) / 2); in(judges, mid) && !in(agent, mid) {
+			d += edges[i].Sub(edges[i-1])
+		}
+	}
+	return d
+}

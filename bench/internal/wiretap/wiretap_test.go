@@ -8,6 +8,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestTapRecordsWritesAndHangUps(t *testing.T) {
@@ -56,5 +57,20 @@ func TestTapRecordsWritesAndHangUps(t *testing.T) {
 	}
 	if len(tap.Take()) != 0 {
 		t.Error("Take returned calls twice")
+	}
+}
+
+// A judge's time counts only where no agent call overlaps it.
+func TestJudgesAloneCountsOnlyTheJudgesOwnTime(t *testing.T) {
+	at := func(ms int) time.Time { return time.Unix(0, 0).Add(time.Duration(ms) * time.Millisecond) }
+	judge, agent := []byte("Your node: input_superego"), []byte("hello")
+	calls := []Call{
+		{Body: judge, At: at(0), End: at(30)},  // 0–10 alone
+		{Body: agent, At: at(10), End: at(50)}, // covers the judges from 10 to 50
+		{Body: judge, At: at(40), End: at(70)}, // 50–70 alone
+		{Body: judge, At: at(60), End: at(80)}, // overlaps the judge before: 70–80 alone
+	}
+	if got := JudgesAlone(calls); got != 40*time.Millisecond {
+		t.Errorf("%v, want 40ms", got)
 	}
 }
