@@ -26,7 +26,7 @@ test:
 	@test -n "$$SUPEREGO_MCP_NODE" || echo "skipped: the tests with the MCP filesystem server from npm (tools TestNodeFilesystemServer, cmd/superego TestServeWithNodeMCPServer); set SUPEREGO_MCP_NODE to mcp-server-filesystem from npm @modelcontextprotocol/server-filesystem, as .ci/run does"
 
 bench:
-	$(GO) test -run '^$$' -bench . -benchmem ./flow ./agents ./api
+	$(GO) test -run '^$$' -bench . -benchmem ./engine ./agents ./api
 
 # Experiments on a real server process and a fake model answering after
 # 200 ms: 2,000 outcomes at concurrency 64, and a replay against a full
