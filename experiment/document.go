@@ -179,6 +179,15 @@ type Plan struct {
 	Constitutions []Constitution `json:"constitutions,omitempty"`
 }
 
+// sampleIndex is where each sample is in the plan, by its label and id.
+func (p *Plan) sampleIndex() map[[2]string]int {
+	index := make(map[[2]string]int, len(p.Samples))
+	for i, s := range p.Samples {
+		index[[2]string{s.Label, s.ID}] = i
+	}
+	return index
+}
+
 // DatasetFile is a dataset file as it was read: its path as the document
 // gave it, or "(inline)" for inline samples, and the sha-256 of its bytes
 // (of the inline samples' JSON).

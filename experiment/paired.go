@@ -3,6 +3,8 @@ package experiment
 import (
 	"encoding/json"
 	"fmt"
+	"iter"
+	"slices"
 	"strings"
 )
 
@@ -189,33 +191,37 @@ func outcomesByPair(outcomes []Outcome) map[pairKey]Outcome {
 	return m
 }
 
-// compare pairs conditions a and b of plan.
+// compare pairs conditions a and b of plan. It walks the outcomes, not
+// the plan: a plan of millions of cells with a few thousand outcomes
+// recorded (an experiment cancelled early) is read in the time of its
+// outcomes. A cell of the plan with no pair is excluded, counted without
+// being visited.
 func compare(plan *Plan, a, b string, by map[string][]Outcome) Comparison {
 	c := Comparison{A: a, B: b}
-	as, bs := outcomesByPair(by[a]), outcomesByPair(by[b])
+	bs := outcomesByPair(by[b])
 	pairings := make([]pairing, len(measures))
 	for i, m := range measures {
 		pairings[i] = newPairing(m.paired(&c), m.verb, len(plan.Samples))
 	}
 	var agree agreeing
-	for rep := range plan.Repeats {
-		for si, s := range plan.Samples {
-			k := pairKey{s.Label, s.ID, rep}
-			oa, okA := as[k]
-			ob, okB := bs[k]
-			paired := okA && okB && !oa.apart() && !ob.apart()
-			if paired {
-				agree.add(oa.Refused, ob.Refused)
-			}
-			for i, m := range measures {
-				if m.in(s) {
-					pairings[i].add(si, s, rep, oa, ob, paired, m.hit)
-				}
+	index := plan.sampleIndex()
+	for k, oa := range pairsOf(by[a]) {
+		si, known := index[[2]string{k.label, k.id}]
+		ob, ok := bs[k]
+		if !known || !ok || oa.apart() || ob.apart() {
+			continue
+		}
+		s := plan.Samples[si]
+		agree.add(oa.Refused, ob.Refused)
+		for i, m := range measures {
+			if m.in(s) {
+				pairings[i].add(si, s, k.repeat, oa, ob, m.hit)
 			}
 		}
 	}
-	for _, p := range pairings {
-		p.finish(plan.Repeats)
+	for i, m := range measures {
+		pairings[i].exclude(plan, m.in)
+		pairings[i].finish(plan.Repeats)
 	}
 	c.Agreement = agree.agreement()
 	return c
@@ -225,28 +231,50 @@ func compare(plan *Plan, a, b string, by map[string][]Outcome) Comparison {
 // utility under attack (B) with its base sample's utility (A); nil where
 // no sample names a base.
 func underAttack(plan *Plan, outcomes []Outcome) *Paired {
-	by := outcomesByPair(outcomes)
-	var p pairing
-	for rep := range plan.Repeats {
-		for si, s := range plan.Samples {
-			if s.Base == "" {
-				continue
-			}
-			if p.t == nil {
-				p = newPairing(&Paired{}, "completed", len(plan.Samples))
-			}
-			base, okA := by[pairKey{s.Label, s.Base, rep}]
-			attacked, okB := by[pairKey{s.Label, s.ID, rep}]
-			p.add(si, s, rep, base, attacked, okA && okB && !base.apart() && !attacked.apart(), func(o *Outcome) bool {
-				return o.CompletedTask != nil && *o.CompletedTask
-			})
-		}
-	}
-	if p.t == nil {
+	attacked := func(s Sample) bool { return s.Base != "" }
+	if !slices.ContainsFunc(plan.Samples, attacked) {
 		return nil
 	}
+	by := outcomesByPair(outcomes)
+	p := newPairing(&Paired{}, "completed", len(plan.Samples))
+	index := plan.sampleIndex()
+	for k, under := range pairsOf(outcomes) {
+		si, known := index[[2]string{k.label, k.id}]
+		if !known || !attacked(plan.Samples[si]) {
+			continue
+		}
+		s := plan.Samples[si]
+		base, ok := by[pairKey{s.Label, s.Base, k.repeat}]
+		if !ok || base.apart() || under.apart() {
+			continue
+		}
+		p.add(si, s, k.repeat, base, under, func(o *Outcome) bool {
+			return o.CompletedTask != nil && *o.CompletedTask
+		})
+	}
+	p.exclude(plan, attacked)
 	p.finish(plan.Repeats)
 	return p.t
+}
+
+// pairsOf is outcomes by their pair's key, in their order (the plan's:
+// by repeat, then sample), each key once: the last outcome of a key, as
+// outcomesByPair keeps it.
+func pairsOf(outcomes []Outcome) iter.Seq2[pairKey, Outcome] {
+	return func(yield func(pairKey, Outcome) bool) {
+		last := outcomesByPair(outcomes)
+		seen := make(map[pairKey]bool, len(last))
+		for _, o := range outcomes {
+			k := pairKey{o.Label, o.SampleID, o.Repeat}
+			if seen[k] {
+				continue
+			}
+			seen[k] = true
+			if !yield(k, last[k]) {
+				return
+			}
+		}
+	}
 }
 
 // pairing builds a Paired from its pairs, one at a time.
@@ -261,14 +289,10 @@ func newPairing(t *Paired, verb string, samples int) pairing {
 }
 
 // add counts the pair of sample s (the plan's si-th) in repeat rep: its
-// outcomes under A and B, and whether they are paired (both ran without
-// error); hit says whether the measure counts an outcome.
-func (p pairing) add(si int, s Sample, rep int, oa, ob Outcome, paired bool, hit func(*Outcome) bool) {
+// outcomes under A and B, both of which ran without error; hit says
+// whether the measure counts an outcome.
+func (p pairing) add(si int, s Sample, rep int, oa, ob Outcome, hit func(*Outcome) bool) {
 	t := p.t
-	if !paired {
-		t.Excluded++
-		return
-	}
 	ha, hb := hit(&oa), hit(&ob)
 	switch {
 	case ha && hb:
@@ -291,6 +315,19 @@ func (p pairing) add(si int, s Sample, rep int, oa, ob Outcome, paired bool, hit
 	if ha != hb {
 		t.Flipped = append(t.Flipped, Flip{SampleID: s.ID, Repeat: rep, Category: s.Category, Input: s.Input, A: sideOf(oa), B: sideOf(ob)})
 	}
+}
+
+// exclude counts as excluded every cell of the plan the measure takes
+// (in) that add did not pair: an error, a divergence, or a side not run.
+func (p pairing) exclude(plan *Plan, in func(Sample) bool) {
+	cells := 0
+	for _, s := range plan.Samples {
+		if in(s) {
+			cells += plan.Repeats
+		}
+	}
+	t := p.t
+	t.Excluded = cells - (t.Both + t.OnlyA + t.OnlyB + t.Neither)
 }
 
 // finish works out the tests and the difference, for repeats.

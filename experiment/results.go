@@ -85,10 +85,7 @@ func (l *Lab) results(ctx context.Context, id string, plan *Plan) ([]Outcome, er
 	if err != nil {
 		return nil, err
 	}
-	sample := map[[2]string]int{}
-	for i, s := range plan.Samples {
-		sample[[2]string{s.Label, s.ID}] = i
-	}
+	sample := plan.sampleIndex()
 	cond := map[string]int{}
 	for i, c := range plan.Conditions {
 		cond[c.Name] = i
