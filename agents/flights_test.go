@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -12,6 +11,7 @@ import (
 	"superego/agents/agentstest"
 	"superego/engine"
 	"superego/flow"
+	"superego/internal/eventually"
 )
 
 // waiters waits until n tasks wait on the one call in flight, and
@@ -19,22 +19,18 @@ import (
 // test asks the flights themselves.
 func waiters(tb testing.TB, fs *flights, n int) {
 	tb.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	eventually.Holds(tb, 10*time.Second, func() string {
 		fs.mu.Lock()
+		defer fs.mu.Unlock()
 		got := 0
 		for _, f := range fs.waiting {
 			got += f.waiters
 		}
-		fs.mu.Unlock()
-		if got == n {
-			return
+		if got != n {
+			return fmt.Sprintf("%d tasks wait on calls in flight, want %d", got, n)
 		}
-		if time.Now().After(deadline) {
-			tb.Fatalf("%d tasks wait on calls in flight, want %d", got, n)
-		}
-		runtime.Gosched()
-	}
+		return ""
+	})
 }
 
 // A shared call: tasks asking the very same thing at once are given one

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -23,6 +24,7 @@ import (
 	"superego/api"
 	"superego/engine"
 	"superego/flow"
+	"superego/internal/eventually"
 	"superego/memstore"
 	"superego/tools"
 	"superego/tools/mcptest"
@@ -109,13 +111,12 @@ func serveMCP(t *testing.T, defs map[string]string, play func(agentstest.Request
 // backoff needs.
 func (f *mcpFixture) waitMCP(t *testing.T, server, state string) {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for !slices.Contains(f.mcp.States(), tools.MCPState{Name: server, State: state, Tools: 4}) {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s never reached %s: %+v", server, state, f.mcp.States())
+	eventually.Holds(t, 20*time.Second, func() string {
+		if states := f.mcp.States(); !slices.Contains(states, tools.MCPState{Name: server, State: state, Tools: 4}) {
+			return fmt.Sprintf("%s never reached %s: %+v", server, state, states)
 		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return ""
+	})
 }
 
 const mcpAssistant = `{"name": "MCP assistant", "graph": {"start": "assistant", "nodes": {

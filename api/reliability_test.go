@@ -21,6 +21,7 @@ import (
 	"superego/api"
 	"superego/flow"
 	"superego/flow/storetest"
+	"superego/internal/eventually"
 	"superego/memstore"
 )
 
@@ -211,21 +212,17 @@ func TestStalledClientIsDropped(t *testing.T) {
 		t.Errorf("a third stream: %d %.300s", resp.StatusCode, got)
 	}
 	// The two are dropped after the timeout: a stream may open again.
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	eventually.Holds(t, 10*time.Second, func() string {
 		resp := f.do(t, "GET", path, "")
 		events := readSSE(t, resp.Body)
-		if resp.StatusCode == 200 {
-			if events[len(events)-1].Name != "done" {
-				t.Errorf("the stream after the drop ended with %s", events[len(events)-1].Name)
-			}
-			break
+		if resp.StatusCode != 200 {
+			return fmt.Sprintf("stalled streams were never dropped: %d", resp.StatusCode)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("stalled streams were never dropped: %d", resp.StatusCode)
+		if events[len(events)-1].Name != "done" {
+			t.Errorf("the stream after the drop ended with %s", events[len(events)-1].Name)
 		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return ""
+	})
 	if !strings.Contains(f.logs.String(), "stream client dropped") {
 		t.Errorf("the drop is not logged:\n%.2000s", f.logs)
 	}

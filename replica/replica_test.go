@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"strings"
 	"sync"
@@ -18,6 +19,7 @@ import (
 	"superego/agents/agentstest"
 	"superego/engine"
 	"superego/flow"
+	"superego/internal/eventually"
 	"superego/postgres"
 	"superego/postgres/pgtest"
 	"superego/replica"
@@ -168,19 +170,17 @@ func TestRunsAcrossReplicas(t *testing.T) {
 
 	// The run's end takes its lease and its job with it, once its events
 	// are all written, just after the stream's end.
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+	eventually.Holds(t, 10*time.Second, func() string {
 		var leases, jobs int
 		err := db.QueryRow(ctx, `SELECT (SELECT count(*) FROM run_leases), (SELECT count(*) FROM river_job WHERE args->>'instance_id' = $1)`, sub.Instance).Scan(&leases, &jobs)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if leases == 0 && jobs == 0 {
-			break
+		if leases != 0 || jobs != 0 {
+			return fmt.Sprintf("after the run: %d leases, %d jobs of it", leases, jobs)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("after the run: %d leases, %d jobs of it", leases, jobs)
-		}
-	}
+		return ""
+	})
 
 	// A cancel through b stops the run on a.
 	g2 := newGate()
@@ -308,16 +308,14 @@ func TestAJobOfARunningRunLeavesItsClaim(t *testing.T) {
 	if _, err := inserter.Insert(ctx, runArgs{sub.Instance}, &river.InsertOpts{Queue: "runs"}); err != nil {
 		t.Fatal(err)
 	}
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+	eventually.Holds(t, 10*time.Second, func() string {
 		var state string
 		db.QueryRow(ctx, `SELECT state FROM river_job WHERE args->>'instance_id' = $1`, sub.Instance).Scan(&state)
-		if state == "scheduled" {
-			break // a's worker found the run alive, and looks again later
+		if state != "scheduled" { // a's worker found the run alive, and looks again later
+			return fmt.Sprintf("the job is %q", state)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the job is %q", state)
-		}
-	}
+		return ""
+	})
 	if err := a.Replicas.Cancel(ctx, sub.Instance); err != nil {
 		t.Fatal(err)
 	}

@@ -3,6 +3,7 @@ package tools_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"log/slog"
 	"maps"
 	"net/http"
@@ -17,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"superego/internal/eventually"
 	"superego/tools"
 	"superego/tools/mcptest"
 )
@@ -106,18 +108,13 @@ func startMCP(t *testing.T, servers ...tools.MCPServer) (*tools.MCP, *logBuffer)
 // restart with backoff needs.
 func waitState(t *testing.T, m *tools.MCP, name, state string) {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		for _, s := range m.States() {
-			if s.Name == name && s.State == state {
-				return
-			}
+	eventually.Holds(t, 20*time.Second, func() string {
+		states := m.States()
+		if !slices.ContainsFunc(states, func(s tools.MCPState) bool { return s.Name == name && s.State == state }) {
+			return fmt.Sprintf("server %s never reached %s: %+v", name, state, states)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("server %s never reached %s: %+v", name, state, m.States())
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return ""
+	})
 }
 
 func callMCP(t *testing.T, m *tools.MCP, name, args string) (string, error) {

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"superego/agents/agentstest"
+	"superego/internal/eventually"
 	"superego/tools/mcptest"
 )
 
@@ -36,11 +37,12 @@ func TestKillNineDuringAToolCallRunsItOnce(t *testing.T) {
 	id := startRun(t, first.addr)
 	// The call has reached the tool server, which holds it: kill the
 	// server mid-call.
-	for deadline := time.Now().Add(20 * time.Second); len(mcptest.Calls(t, sent)) == 0; time.Sleep(10 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("the call never reached the tool server:\n%s", first.logs)
+	eventually.Holds(t, 20*time.Second, func() string {
+		if len(mcptest.Calls(t, sent)) == 0 {
+			return fmt.Sprintf("the call never reached the tool server:\n%s", first.logs)
 		}
-	}
+		return ""
+	})
 	first.cmd.Process.Signal(syscall.SIGKILL)
 	<-first.done
 

@@ -18,6 +18,7 @@ import (
 
 	"superego/agents/agentstest"
 	"superego/flow"
+	"superego/internal/eventually"
 	"superego/tools/mcptest"
 )
 
@@ -281,17 +282,18 @@ func TestSIGTERMRefusesNewRunsAndInterruptsAfterGrace(t *testing.T) {
 	<-model.entered
 	first.cmd.Process.Signal(syscall.SIGTERM)
 	// Until it exits, the server answers, but takes no new run.
-	for {
+	eventually.Holds(t, 10*time.Second, func() string {
 		resp, err := http.Get("http://" + first.addr + "/healthz")
 		if err != nil {
 			t.Fatal(err)
 		}
 		b, _ := io.ReadAll(resp.Body)
 		resp.Body.Close()
-		if strings.Contains(string(b), "shutting_down") {
-			break
+		if !strings.Contains(string(b), "shutting_down") {
+			return "/healthz does not say shutting_down: " + string(b)
 		}
-	}
+		return ""
+	})
 	resp, err := http.Post("http://"+first.addr+"/flow/execute", "application/json", strings.NewReader(`{"flow_id": "calc", "input": "x"}`))
 	if err != nil {
 		t.Fatal(err)

@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"os"
@@ -12,6 +13,7 @@ import (
 	"time"
 
 	"superego/agents/agentstest"
+	"superego/internal/eventually"
 )
 
 // newAgenticModel plays bare_agent and guarded_agent: the agent calls the
@@ -186,19 +188,17 @@ func TestAgenticExperimentKillNineThenResume(t *testing.T) {
 		<-s.done
 		model.open()
 		s = serveChild(t, model, args...) // resumes the runs, then the experiment
-		for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		eventually.Holds(t, 30*time.Second, func() string {
 			var v struct{ Status string }
 			if resp, err := http.Get("http://" + s.addr + "/experiments/" + id); err == nil {
 				json.NewDecoder(resp.Body).Decode(&v)
 				resp.Body.Close()
 			}
-			if v.Status == "completed" {
-				break
+			if v.Status != "completed" {
+				return fmt.Sprintf("the resumed experiment is %q\n%s", v.Status, s.logs)
 			}
-			if time.Now().After(deadline) {
-				t.Fatalf("the resumed experiment is %q after 30 s\n%s", v.Status, s.logs)
-			}
-		}
+			return ""
+		})
 		resp, err := http.Get("http://" + s.addr + "/experiments/" + id + "/results.jsonl")
 		if err != nil {
 			t.Fatal(err)

@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"strings"
@@ -10,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"superego/internal/eventually"
 	"superego/postgres/pgtest"
 )
 
@@ -99,8 +101,7 @@ func TestCancelThroughAnotherReplica(t *testing.T) {
 	}
 	resp.Body.Close()
 
-	status := ""
-	for deadline := time.Now().Add(20 * time.Second); status != "cancelled" && time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+	eventually.Holds(t, 20*time.Second, func() string {
 		resp, err := http.Get("http://" + a.addr + "/flow/instances/" + id)
 		if err != nil {
 			t.Fatal(err)
@@ -108,11 +109,11 @@ func TestCancelThroughAnotherReplica(t *testing.T) {
 		var inst struct{ Status string }
 		json.NewDecoder(resp.Body).Decode(&inst)
 		resp.Body.Close()
-		status = inst.Status
-	}
-	if status != "cancelled" {
-		t.Fatalf("20 s after a cancel on B, the run on A is %q:\nA:\n%s\nB:\n%s", status, a.logs, b.logs)
-	}
+		if inst.Status != "cancelled" {
+			return fmt.Sprintf("after a cancel on B, the run on A is %q:\nA:\n%s\nB:\n%s", inst.Status, a.logs, b.logs)
+		}
+		return ""
+	})
 	for _, addr := range []string{a.addr, b.addr} {
 		events := history(t, addr, id)
 		if last := events[len(events)-1]; last.name != "done" || !strings.Contains(last.data, `"status":"cancelled"`) {
