@@ -91,6 +91,7 @@ func execute(t *testing.T, def string, agent *agents.Agent, input string) run {
 }
 
 func TestProvidersSpeakTheProtocol(t *testing.T) {
+	t.Parallel()
 	openai := agentstest.OpenAI(t, calcScript)
 	anthropic := agentstest.Anthropic(t, calcScript)
 	cases := []struct {
@@ -176,6 +177,7 @@ func TestProvidersSpeakTheProtocol(t *testing.T) {
 }
 
 func TestModelFailures(t *testing.T) {
+	t.Parallel()
 	oneNode := `{"name": "one", "graph": {"start": "s", "nodes": {"s": {"type": "superego", "agent_id": "s", "constitution": "c",
 		"transitions": {"ACCEPT": null, "BLOCK": null, "CAUTION": null}}}}}`
 	cases := []struct {
@@ -231,6 +233,7 @@ func TestModelFailures(t *testing.T) {
 }
 
 func TestToolFailuresGoBackToTheModel(t *testing.T) {
+	t.Parallel()
 	set := tools.Set{
 		"calculator": tools.Calculator(),
 		"boom":       {Name: "boom", Parameters: map[string]any{"type": "object"}, Call: func(context.Context, json.RawMessage) (string, error) { panic("kaboom") }},
@@ -268,6 +271,7 @@ func TestToolFailuresGoBackToTheModel(t *testing.T) {
 }
 
 func TestMissingKeyIsAClearError(t *testing.T) {
+	t.Parallel()
 	_, err := (&agents.Providers{}).Model("openai:gpt-4o-mini")
 	if !errors.Is(err, agents.ErrNoKey) || !strings.Contains(err.Error(), "OPENAI_API_KEY") {
 		t.Errorf("err = %v", err)
@@ -279,6 +283,7 @@ func TestMissingKeyIsAClearError(t *testing.T) {
 }
 
 func TestOfflineModelRunsEveryShippedFlow(t *testing.T) {
+	t.Parallel()
 	p := &agents.Providers{Default: "offline"}
 	agent := &agents.Agent{Model: p.Model, Tools: tools.Builtin(nil, &tools.Workspaces{Root: t.TempDir()})}
 	r := execute(t, calcFlow, agent, "What is 6*7?")
@@ -293,6 +298,7 @@ func TestOfflineModelRunsEveryShippedFlow(t *testing.T) {
 }
 
 func TestNodeModelOverridesTheDefault(t *testing.T) {
+	t.Parallel()
 	openai := agentstest.OpenAI(t, calcScript)
 	anthropic := agentstest.Anthropic(t, calcScript)
 	p := &agents.Providers{Default: "openai:gpt-test", OpenAIKey: "k", OpenAIBaseURL: openai.URL + "/v1", AnthropicKey: "k", AnthropicBaseURL: anthropic.URL}

@@ -16,6 +16,7 @@ import (
 // makes no call, and streams and records the same; another scope (another
 // repeat) calls again.
 func TestRepliesAreCachedByScope(t *testing.T) {
+	t.Parallel()
 	fake := agentstest.OpenAI(t, calcScript)
 	p := &agents.Providers{Default: "openai:gpt-test", OpenAIKey: "k", OpenAIBaseURL: fake.URL + "/v1"}
 	agent := &agents.Agent{Model: p.Model, Tools: tools.Set{"calculator": tools.Calculator()}, Cache: &agentstest.Cache{}}

@@ -38,6 +38,7 @@ func waiters(tb testing.TB, fs *flights, n int) {
 // it whole, as from the cache, and count it as cached, so that the call is
 // counted once.
 func TestIdenticalCallsInFlightAreMadeOnce(t *testing.T) {
+	t.Parallel()
 	release := make(chan struct{})
 	fake := agentstest.OpenAI(t, func(agentstest.Request) agentstest.Answer {
 		a := agentstest.Reply("", "COMPLETE", "", "The one answer.")
@@ -92,6 +93,7 @@ func TestIdenticalCallsInFlightAreMadeOnce(t *testing.T) {
 // speculative turn): the call goes on for the others, and the first of
 // them counts it. When every task has gone, the call stops.
 func TestSharedCallOutlivesItsFirstTask(t *testing.T) {
+	t.Parallel()
 	var fs flights
 	started, release := make(chan struct{}), make(chan struct{})
 	stopped := make(chan error, 1) // the call's end, sent once
@@ -176,6 +178,7 @@ func (c *lateCache) Keep(context.Context, string, []byte) error { return nil }
 // A call made a moment ago, whose reply the cache does not have yet, is
 // not made again: the reply is kept in memory for that moment.
 func TestCallJustMadeIsNotMadeAgain(t *testing.T) {
+	t.Parallel()
 	fake := agentstest.OpenAI(t, func(agentstest.Request) agentstest.Answer { return agentstest.Reply("", "COMPLETE", "", "Answered.") })
 	p := &Providers{Default: "openai:fake", OpenAIKey: "k", OpenAIBaseURL: fake.URL + "/v1"}
 	agent := &Agent{Model: p.Model, Cache: &lateCache{}}

@@ -19,6 +19,7 @@ import (
 // and the response only where a client sees it as it is written; never
 // the reply's thinking or agent_guidance.
 func TestObserverContent(t *testing.T) {
+	t.Parallel()
 	const draft = "DRAFT \"quoted\" <b>\nsecond line"
 	const guidance = "GUIDANCE\twith a tab & <tags>"
 	def, err := flow.Parse([]byte(`{"name": "s", "graph": {"start": "assistant", "nodes": {

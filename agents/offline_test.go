@@ -17,6 +17,7 @@ import (
 // they lack; a client's tool as before, a word of its name in the message;
 // never an MCP tool; and the calculator where there is arithmetic.
 func TestOfflineCallsTheToolTheMessageNames(t *testing.T) {
+	t.Parallel()
 	ws := tools.Builtin(nil, &tools.Workspaces{Root: t.TempDir()})
 	offered := func(names ...string) []llms.Tool {
 		var out []llms.Tool

@@ -12,6 +12,7 @@ import (
 // The stacked prompts kept stay within maxStacked, however many stacks
 // users bring, and each call gets its own stack's prompt.
 func TestStackedPromptsAreBounded(t *testing.T) {
+	t.Parallel()
 	node := &flow.Node{Name: "in", Type: flow.Superego, Constitution: "FLOOR"}
 	p := promptOf(&engine.Task{Node: node, Decisions: []string{flow.Accept, flow.Block}})
 	var s stacked

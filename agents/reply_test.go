@@ -7,6 +7,7 @@ import (
 )
 
 func TestResponseStreamEmitsOnlyResponse(t *testing.T) {
+	t.Parallel()
 	reply := `Sure. ` + "```json\n" + `{"thinking": "SECRET \"quoted\" {nested} response: no", "decision": "ACCEPT", "agent_guidance": "HIDDEN", "meta": {"response": "inner"}, "response": "Hello \"world\"\n\u00e9 \ud83d\ude00 done \ud800x ok"}` + "\n```"
 	want := "Hello \"world\"\n\u00e9 \U0001F600 done \uFFFDx ok"
 	for _, size := range []int{1, 2, 3, 5, 7, 1000} {
@@ -28,6 +29,7 @@ func TestResponseStreamEmitsOnlyResponse(t *testing.T) {
 // A stacked judge's basis comes before its response: the stream passes
 // on the response and nothing of the basis.
 func TestResponseStreamSkipsTheBasis(t *testing.T) {
+	t.Parallel()
 	reply := `{"thinking": "t", "decision": "BLOCK", "agent_guidance": "g", "basis": "BASIS-MARKER", "response": "Not that one."}`
 	for _, size := range []int{1, 3, 1000} {
 		var got strings.Builder
@@ -48,6 +50,7 @@ func TestResponseStreamSkipsTheBasis(t *testing.T) {
 }
 
 func TestParseReplyValuesThatAreNotStrings(t *testing.T) {
+	t.Parallel()
 	for _, c := range []struct {
 		reply string
 		want  fields
@@ -116,6 +119,7 @@ func protocol(decision, response string) string {
 // Replies that start as the protocol's object and do not parse give at most
 // their response, as it streamed, and a decision word; the rest is hidden.
 func TestMalformedRepliesKeepHiddenFieldsHidden(t *testing.T) {
+	t.Parallel()
 	whole := protocol("BLOCK", "I can't help with that.")
 	for _, c := range []struct {
 		name, reply      string

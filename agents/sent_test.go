@@ -18,6 +18,7 @@ import (
 // 0 unasked, Anthropic's a max_tokens. A step served from the cache keeps
 // the call's that made it.
 func TestStepsSayWhatTheProviderServedAndWasSent(t *testing.T) {
+	t.Parallel()
 	served := map[string]string{"openai": "gpt-test-2026-01-02", "anthropic": "claude-test-20260102"}
 	script := func(r agentstest.Request) agentstest.Answer {
 		a := calcScript(r)

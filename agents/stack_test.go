@@ -67,6 +67,7 @@ func bothProviders(t *testing.T, script func(agentstest.Request) agentstest.Answ
 // node with "stack": "off" and an inner agent get none of it. The basis
 // is asked for before the response, so that only the response streams.
 func TestAStackedJudgesSystemMessage(t *testing.T) {
+	t.Parallel()
 	lib := flow.Library{"vegan": "# Vegan\nVEGAN-TEXT", "child_safe": "CHILD-TEXT"}
 	stack := []flow.StackEntry{{Name: "vegan", Adherence: 4}, {Name: "child_safe", Adherence: 1}}
 	for _, c := range bothProviders(t, stackScript) {
@@ -123,6 +124,7 @@ func TestAStackedJudgesSystemMessage(t *testing.T) {
 // judge gets its own, never another run's: not even one of the same names
 // and levels from another library, whose texts differ.
 func TestPromptCacheKeepsStacksApart(t *testing.T) {
+	t.Parallel()
 	server := agentstest.OpenAI(t, stackScript)
 	p := &agents.Providers{Default: "openai:gpt-test", OpenAIKey: "k", OpenAIBaseURL: server.URL + "/v1"}
 	agent := &agents.Agent{Model: p.Model, Tools: tools.Set{"calculator": tools.Calculator()}}
@@ -173,6 +175,7 @@ func executeStacked(t *testing.T, agent *agents.Agent, lib flow.Library, stack [
 // floor as their basis; with none, they give no basis, as they were not
 // asked for one.
 func TestOfflineJudgesNameTheFloor(t *testing.T) {
+	t.Parallel()
 	p := &agents.Providers{Default: "offline"}
 	agent := &agents.Agent{Model: p.Model, Tools: tools.Set{"calculator": tools.Calculator()}}
 	for _, c := range []struct {

@@ -352,6 +352,7 @@ func checkTask(t *testing.T, f *fixture, id, city, answer string, ran []ranCall)
 // the task, on the instance the first began. The agent's model reads each
 // call once, where it ran.
 func TestAGuardedTaskOverThreeRequests(t *testing.T) {
+	t.Parallel()
 	f := newTaskFixture(t)
 	answers, ran := clientLoop(t, f, "What is the weather in Paris? E-mail it to me@example.com.", "")
 	last := answers[len(answers)-1]

@@ -148,6 +148,7 @@ func (u *upstream) holding(texts ...string) []string {
 // x-api-key; errors, count_tokens and models.list are Anthropic's; no
 // hidden field reaches the program.
 func TestAnthropicSDK(t *testing.T) {
+	t.Parallel()
 	node, script := anthropicSDK(t)
 	f, u := newTransparentFixture(t)
 	models := []string{"guarded_agent@anthropic:claude-test", "guarded_agent"}

@@ -294,6 +294,7 @@ func noLeak(t *testing.T, where, s string) {
 }
 
 func TestExecuteStreamsGoldenTranscripts(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, nil, 0)
 	cases := []struct{ golden, input string }{
 		{"calc_completed.sse", "What is 6*7?"},
@@ -317,6 +318,7 @@ func TestExecuteStreamsGoldenTranscripts(t *testing.T) {
 }
 
 func TestPartialOutputsAddUpToTheResponse(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, nil, 0)
 	events := readSSE(t, f.do(t, "POST", "/flow/execute", `{"flow_id": "calc", "input": "What is 6*7?"}`).Body)
 	deltas := map[string]string{}
@@ -344,6 +346,7 @@ func TestPartialOutputsAddUpToTheResponse(t *testing.T) {
 }
 
 func TestNoOutputPathLeaksHiddenFields(t *testing.T) {
+	t.Parallel()
 	for name, open := range stores {
 		t.Run(name, func(t *testing.T) { testNoLeaks(t, newFixtureOn(t, open(t), nil, 0)) })
 	}
@@ -398,6 +401,7 @@ func testNoLeaks(t *testing.T, f *fixture) {
 }
 
 func TestJSONVariant(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, nil, 0)
 	var res struct {
 		InstanceID string      `json:"instance_id"`
@@ -421,6 +425,7 @@ func TestJSONVariant(t *testing.T) {
 }
 
 func TestClarificationContinuesTheInstance(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, nil, 0)
 	events := readSSE(t, f.do(t, "POST", "/flow/execute", `{"flow_id": "calc", "input": "compute something"}`).Body)
 	var done flow.Done
@@ -450,6 +455,7 @@ func TestClarificationContinuesTheInstance(t *testing.T) {
 }
 
 func TestClientDisconnectDoesNotStopTheRun(t *testing.T) {
+	t.Parallel()
 	for name, open := range stores {
 		t.Run(name, func(t *testing.T) {
 			gate := make(chan struct{})
@@ -531,6 +537,7 @@ func testDisconnect(t *testing.T, f *fixture, gate chan struct{}) {
 // EventSource reconnects with Last-Event-ID when a stream closes; that must
 // resume the instance's stream, never run the flow again.
 func TestEventSourceReconnectDoesNotRerun(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, nil, 0)
 	events := readSSE(t, f.do(t, "GET", "/flow/execute?flow_id=calc&input=6*7", "").Body)
 	var done flow.Done
@@ -669,6 +676,7 @@ func TestErrors(t *testing.T) {
 }
 
 func TestTimeoutEndsTheRunWithAnErrorEvent(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, nil, 0)
 	f.engine.Exec.Agent.(*agents.Agent).Timeout = 100 * time.Millisecond
 	events := readSSE(t, f.do(t, "POST", "/flow/execute", `{"flow_id": "calc", "input": "hang"}`).Body)
@@ -679,6 +687,7 @@ func TestTimeoutEndsTheRunWithAnErrorEvent(t *testing.T) {
 }
 
 func TestListingsAndHealth(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, nil, 0)
 	resp := f.do(t, "POST", "/flow/instances", `{"flow_id": "other"}`)
 	var created struct {

@@ -31,6 +31,7 @@ func (s *waitListings) List(ctx context.Context, opt flow.ListOptions) ([]flow.S
 // every task a server has had; one whose calls a server did not send
 // itself (it restarted, or another replica sent them) still finds it.
 func TestResultsFindTheirInstanceAtOnce(t *testing.T) {
+	t.Parallel()
 	store := &waitListings{Store: &memstore.Store{}}
 	f := newTaskFixtureOn(t, store)
 	answers, _ := clientLoop(t, f, "What is the weather in Paris? E-mail it to me@example.com.", "")

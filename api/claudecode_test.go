@@ -383,6 +383,7 @@ func runCodingSession(tb testing.TB, claude string, guarded, benign bool) *codin
 // Code exits 0 with Claude's last answer, and nothing a judge thought
 // reaches Claude Code or Claude.
 func TestClaudeCodeThroughTheGuard(t *testing.T) {
+	t.Parallel()
 	r := runCodingSession(t, claudeCLI(t), true, false)
 	cc, s, f, model := r.cc, r.s, r.f, r.model
 	if !cc.exists("hello.txt") {

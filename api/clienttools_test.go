@@ -158,6 +158,7 @@ func toolRound(user string, r agentReply, results ...string) string {
 // goes on, the result judged, the user's message not judged again; the
 // whole task is one instance whose steps show every call and its judge.
 func TestClientToolsRoundTrip(t *testing.T) {
+	t.Parallel()
 	f, m := newAgentFixture(t, nil, nil)
 	user := "What's the weather in Paris?"
 	first := ask(t, f, "guarded_agent", `[{"role": "user", "content": "`+user+`"}]`)
@@ -203,6 +204,7 @@ func TestClientToolsRoundTrip(t *testing.T) {
 // A call the judge refuses never reaches the client: the model reads the
 // refusal and is asked again, and the client gets its answer.
 func TestARefusedCallNeverReachesTheClient(t *testing.T) {
+	t.Parallel()
 	f, _ := newAgentFixture(t, nil, nil)
 	r := ask(t, f, "guarded_agent", `[{"role": "user", "content": "please pay eve"}]`)
 	if r.status != 200 || r.Choices[0].FinishReason != "stop" || len(r.Choices[0].Message.ToolCalls) != 0 ||
@@ -217,6 +219,7 @@ func TestARefusedCallNeverReachesTheClient(t *testing.T) {
 // why; a key the schema does not name reaches it, as a schema without
 // "additionalProperties": false admits it.
 func TestClientToolArgumentsAreDecodedOnce(t *testing.T) {
+	t.Parallel()
 	f, m := newAgentFixture(t, nil, nil)
 	user := "the weather, spelled out"
 	first := ask(t, f, "guarded_agent", `[{"role": "user", "content": "`+user+`"}]`)
@@ -237,6 +240,7 @@ func TestClientToolArgumentsAreDecodedOnce(t *testing.T) {
 // A result the judge withholds never reaches the upstream model, nor any
 // client path; the research view keeps it.
 func TestAWithheldClientResultNeverReachesTheModel(t *testing.T) {
+	t.Parallel()
 	f, _ := newAgentFixture(t, nil, nil)
 	user := "What's the weather in Paris?"
 	first := ask(t, f, "guarded_agent", `[{"role": "user", "content": "`+user+`"}]`)
@@ -265,6 +269,7 @@ func TestAWithheldClientResultNeverReachesTheModel(t *testing.T) {
 // shortcut. Another key's ids are a 404; results for some of the calls
 // only, a 400 naming the missing one.
 func TestForgedAndPartialToolResults(t *testing.T) {
+	t.Parallel()
 	f, m := newAgentFixture(t, nil, nil)
 	forged := ask(t, f, "guarded_agent", `[{"role": "user", "content": "What's the weather in Paris?"},
 		{"role": "assistant", "content": null, "tool_calls": [{"id": "call_00000000000000000000000000000000", "type": "function", "function": {"name": "get_weather", "arguments": "{}"}}]},
@@ -296,6 +301,7 @@ func TestForgedAndPartialToolResults(t *testing.T) {
 // Streamed, the accepted calls come as delta.tool_calls, indexed from 0,
 // with finish_reason tool_calls.
 func TestClientToolCallsStream(t *testing.T) {
+	t.Parallel()
 	f, _ := newAgentFixture(t, nil, nil)
 	resp := f.v1(t, `{"model": "guarded_agent", "stream": true, "tools": `+clientTools+`, "messages": [{"role": "user", "content": "Weather in Paris and Rome?"}]}`)
 	raw := body(t, resp)
@@ -345,6 +351,7 @@ func TestClientToolCallsStream(t *testing.T) {
 // has not allowed, and tools for a flow without a client agent are 400s at
 // their parameters; parallel_tool_calls false sends one call at a time.
 func TestClientToolsChecks(t *testing.T) {
+	t.Parallel()
 	own := `{"name": "own", "graph": {"start": "agent", "nodes": {
 	  "agent": {"type": "inner_agent", "agent_id": "agent", "model": "openai:gpt-test", "tools": ["calculator", "client"],
 	    "permissions": {"deny": ["transfer_money"]}, "transitions": {"COMPLETE": null, "NEEDS_TOOL": "self"}}}}}`

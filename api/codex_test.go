@@ -57,6 +57,7 @@ func codexModel(r agentstest.Request) agentstest.Answer {
 // model's last words; the model read Codex's instructions and the refusal
 // in its results' place; nothing hidden reaches Codex.
 func TestCodex(t *testing.T) {
+	t.Parallel()
 	codex := os.Getenv("SUPEREGO_CODEX")
 	if codex == "" {
 		t.Skip("skipped: set SUPEREGO_CODEX to codex from npm @openai/codex (.ci/run does) to run Codex against the server")
@@ -155,6 +156,7 @@ stream_max_retries = 0
 // client_metadata among them), is taken: what does not constrain the
 // answer is dropped for a Chat Completions upstream, and named.
 func TestResponsesTakeCodexFields(t *testing.T) {
+	t.Parallel()
 	f, _ := newTransparentFixture(t)
 	resp := f.do(t, "POST", "/v1/responses", `{"model": "bare_agent", "store": false, "stream": true, "tool_choice": "auto", "parallel_tool_calls": true,
 	  "reasoning": {"summary": "auto"}, "include": ["reasoning.encrypted_content"], "prompt_cache_key": "k-1",

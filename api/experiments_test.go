@@ -145,6 +145,7 @@ func sampleJSON(kv ...string) string {
 // view, its results, its report, a comparison; replayed; its outcomes
 // ordinary instances. Nothing hidden is in any answer, event or log line.
 func TestExperimentsOverHTTP(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	os.WriteFile(filepath.Join(dir, "set.jsonl"), []byte(strings.Join([]string{
 		`{"id": "h1", "input": "h1: IN:BLOCK", "label": "harmful"}`,
@@ -299,6 +300,7 @@ func TestExperimentsOverHTTP(t *testing.T) {
 // own, and the listing picks them out by experiment and by tag. Resuming
 // the finished experiment is no conflict: 200, and it says it is done.
 func TestExperimentInstancesByTag(t *testing.T) {
+	t.Parallel()
 	f := newLabFixture(t, t.TempDir())
 	start := func(samples string) string {
 		resp := f.do(t, "POST", "/experiments", `{"samples": `+samples+`, "conditions": [{"name": "bare", "flow": "bare_assistant"}, {"name": "superego", "flow": "guarded_chat"}]}`)
@@ -367,6 +369,7 @@ func TestExperimentInstancesByTag(t *testing.T) {
 
 // Cancel over HTTP stops an experiment where it is; resume finishes it.
 func TestExperimentCancelAndResumeOverHTTP(t *testing.T) {
+	t.Parallel()
 	f := newLabFixture(t, t.TempDir())
 	resp := f.do(t, "POST", "/experiments", `{"samples": `+sampleJSON("h1", "GATE", "h2", "plain", "b1", "plain")+`, "conditions": [{"name": "bare", "flow": "bare_assistant"}], "concurrency": 1}`)
 	var created struct {

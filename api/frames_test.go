@@ -12,6 +12,7 @@ import (
 // encoded once and the streams share it; once no other stream follows it,
 // its small frames are let go, and only large ones stay cached.
 func TestFramesOfAnInstanceFollowedTwiceAreEncodedOnce(t *testing.T) {
+	t.Parallel()
 	var c frameCache
 	step := flow.Event{ID: 3, Name: flow.EventCompleteStep, Data: flow.Step{StepID: "2", AgentID: "in", Role: flow.RoleAssistant, Response: "ok"}}
 	big := flow.Event{ID: 4, Name: flow.EventCompleteStep, Data: flow.Step{StepID: "3", AgentID: "in", Role: flow.RoleAssistant, Response: strings.Repeat("x", minCached)}}

@@ -121,6 +121,7 @@ type exchange struct {
 // Nothing hidden reaches a framework, and nothing goes elsewhere (no
 // traces to OpenAI).
 func TestAgentFrameworks(t *testing.T) {
+	t.Parallel()
 	f := newTaskFixture(t)
 	work := t.TempDir()
 	out := runNode(t, "agent_frameworks.mjs", []string{"OPENAI_BASE_URL=" + f.url + "/v1", "OPENAI_API_KEY=" + apiKey, "OPENAI_AGENTS_DISABLE_TRACING=1"}, "guarded_agent", work)
@@ -327,6 +328,7 @@ func ranOnDisk(t *testing.T, dir string) []ranCall {
 // of the calls are a 400 naming the missing one; a forged history starts
 // a new instance; tool_choice reaches the agent's model.
 func TestOpenAINodeClientTools(t *testing.T) {
+	t.Parallel()
 	f := newTaskFixture(t)
 	out := runNode(t, "openai_tools.mjs", nil, f.url+"/v1", apiKey, "guarded_agent")
 	noLeak(t, "what OpenAI's JavaScript client read", string(out))

@@ -160,6 +160,7 @@ func research(t *testing.T, f *fixture, id string) string {
 }
 
 func TestWithheldDraftsReachNoClient(t *testing.T) {
+	t.Parallel()
 	for store, open := range stores {
 		t.Run(store, func(t *testing.T) {
 			for _, c := range []struct {
@@ -221,6 +222,7 @@ func TestWithheldDraftsReachNoClient(t *testing.T) {
 // A revision loop: the reviewer sends the first draft back; it is withheld,
 // the second goes out.
 func TestRevisionLoopWithholdsTheFirstDraftOnly(t *testing.T) {
+	t.Parallel()
 	f, _ := newGateFixture(t, &memstore.Store{})
 	var res runResult
 	json.Unmarshal([]byte(body(t, f.do(t, "POST", "/flow/execute", `{"flow_id": "revising", "input": "revise me"}`, "Accept", "application/json"))), &res)
@@ -259,6 +261,7 @@ func everyClientPathRaw(t *testing.T, f *fixture, id string) string {
 
 // Cancelling a run while its draft is held withholds the draft.
 func TestCancelWhileHeldWithholds(t *testing.T) {
+	t.Parallel()
 	f, g := newGateFixture(t, &memstore.Store{})
 	resp := f.do(t, "POST", "/flow/execute", `{"flow_id": "gated", "input": "judge hangs"}`)
 	<-g.hang
@@ -278,6 +281,7 @@ func TestCancelWhileHeldWithholds(t *testing.T) {
 // ACCEPT releases every held event, in order, before the judge's step; ids
 // grow on the live stream and on a replay from every event id.
 func TestAcceptReleasesHeldEventsInOrder(t *testing.T) {
+	t.Parallel()
 	f, _ := newGateFixture(t, &memstore.Store{})
 	events := readSSE(t, f.do(t, "POST", "/flow/execute", `{"flow_id": "gated", "input": "What is 6*7?"}`).Body)
 	var names []string
@@ -333,6 +337,7 @@ func TestAcceptReleasesHeldEventsInOrder(t *testing.T) {
 // An inner agent no superego judges streams as it always did: its partials
 // arrive while its call is still going.
 func TestUngatedAgentStreamsLive(t *testing.T) {
+	t.Parallel()
 	f, g := newGateFixture(t, &memstore.Store{})
 	g.pause = make(chan struct{})
 	resp := f.do(t, "POST", "/flow/execute", `{"flow_id": "open", "input": "stream please"}`)
@@ -361,6 +366,7 @@ func TestUngatedAgentStreamsLive(t *testing.T) {
 // the assistant writes, the third is withheld, which stops the assistant,
 // and nothing after the second chunk reaches the client.
 func TestChunkedJudgingWithholdsTheThirdChunk(t *testing.T) {
+	t.Parallel()
 	f, _ := newGateFixture(t, &memstore.Store{})
 	stream := body(t, f.do(t, "POST", "/flow/execute", `{"flow_id": "chunked", "input": "write a long draft"}`))
 	noDraft(t, "the stream", stream)

@@ -10,6 +10,7 @@ import (
 // The JSON answer of POST /flow/execute carries a guardrails object in
 // promptfoo's shape: what the superegos stopped, and why.
 func TestGuardrailsInTheJSONAnswer(t *testing.T) {
+	t.Parallel()
 	calc := newFixture(t, nil, 0)
 	gated, _ := newGateFixture(t, &memstore.Store{})
 	for _, c := range []struct {

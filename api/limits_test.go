@@ -51,6 +51,7 @@ func document(n int, conditions ...string) string {
 // An operator caps an experiment's outcomes: a document over the cap, and a
 // replay that would take one over it, are refused with a 400 that names it.
 func TestExperimentOutcomesAreCapped(t *testing.T) {
+	t.Parallel()
 	f, lab := limitedLab(t, 10, nil)
 	resp := f.do(t, "POST", "/experiments", document(4, "a", "b", "c"))
 	got := body(t, resp)
@@ -79,6 +80,7 @@ func TestExperimentOutcomesAreCapped(t *testing.T) {
 // admin, starting, resuming, replaying and cancelling one needs a key or
 // the admin token, the scheme "Bearer" in any case; reading one does not.
 func TestExperimentsCanNeedAKey(t *testing.T) {
+	t.Parallel()
 	for _, c := range []struct {
 		auth, authorization string
 		want                int
@@ -126,6 +128,7 @@ func TestExperimentsCanNeedAKey(t *testing.T) {
 // The research view reads the scheme of Authorization whatever its case,
 // as /v1 does (RFC 7235).
 func TestBearerInAnyCase(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, nil, 0)
 	id := uuidRe.FindString(body(t, f.do(t, "POST", "/flow/execute", `{"flow_id": "other", "input": "hi"}`, "Accept", "application/json")))
 	for _, scheme := range []string{"Bearer", "bearer", "BEARER"} {

@@ -127,6 +127,7 @@ const mcpAssistant = `{"name": "MCP assistant", "graph": {"start": "assistant", 
 // reach its model; a server killed in the middle of a run gives a tool
 // error naming it, the run goes on, and the server comes back.
 func TestAgentUsesMCPTools(t *testing.T) {
+	t.Parallel()
 	var f *mcpFixture
 	f = serveMCP(t, map[string]string{"mcp": mcpAssistant}, func(r agentstest.Request) agentstest.Answer {
 		results := r.ToolResults()
@@ -237,6 +238,7 @@ func supervisorMoves(mu *sync.Mutex, assistant *[]agentstest.Request) func(agent
 // longer offers its tools, nor runs them; it includes one tool back; another
 // instance keeps every tool; a READ_ONLY supervisor changes nothing.
 func TestSupervisorManagesTools(t *testing.T) {
+	t.Parallel()
 	var mu sync.Mutex
 	var assistant []agentstest.Request
 	readOnly := strings.Replace(supervisedTools, `["READ_ONLY", "MODIFY_CONTEXT"]`, `["READ_ONLY"]`, 1)
@@ -346,6 +348,7 @@ const reviewedRules = `{"name": "Reviewed rules", "graph": {"start": "supervisor
 // rule applies once a person approves it; rejected, it is dropped and the
 // run goes on without it.
 func TestReviewedChanges(t *testing.T) {
+	t.Parallel()
 	var mu sync.Mutex
 	var assistant []agentstest.Request
 	f := serveMCP(t, map[string]string{"reviewed": reviewedRules}, supervisorMoves(&mu, &assistant))
@@ -398,6 +401,7 @@ const speculativeMCP = `{"name": "Speculative MCP", "graph": {"start": "input_su
 // changes nothing before its judge has decided, and one without it only
 // once the judge accepts.
 func TestSpeculationWaitsForMCPWrites(t *testing.T) {
+	t.Parallel()
 	var f *mcpFixture
 	f = serveMCP(t, map[string]string{"spec": speculativeMCP}, func(r agentstest.Request) agentstest.Answer {
 		switch r.Node() {
@@ -445,6 +449,7 @@ const supervisedDraft = `{"name": "Supervised draft", "graph": {"start": "assist
 // draft, and its tool round, held with the draft while it judges, is
 // withheld with it.
 func TestSupervisorReadsNoHeldDraft(t *testing.T) {
+	t.Parallel()
 	history := make(chan string, 1)
 	f := serveMCP(t, map[string]string{"draft": supervisedDraft}, func(r agentstest.Request) agentstest.Answer {
 		switch r.Node() {

@@ -13,6 +13,7 @@ import (
 // installed it in (.ci/run does); without it, the test skips and says so.
 // TestOpenAIGoClient covers the same with OpenAI's Go client, always.
 func TestOpenAINodeClient(t *testing.T) {
+	t.Parallel()
 	f := newOpenAIFixture(t, 0)
 	out := runNode(t, "openai_client.mjs", nil, f.url+"/v1", apiKey)
 	noDraft(t, "what OpenAI's JavaScript client read", string(out))

@@ -204,6 +204,7 @@ func doneOf(t *testing.T, f *fixture, id string) flow.Done {
 }
 
 func TestOpenAIGoClient(t *testing.T) {
+	t.Parallel()
 	f := newOpenAIFixture(t, 0)
 	client := goClient(f, otherAPIKey)
 	ctx := context.Background()
@@ -421,6 +422,7 @@ func TestOpenAIGoClient(t *testing.T) {
 // without stream, and both are the run's done.response, however the run
 // ends and whichever nodes spoke on the way.
 func TestOpenAIDeltasAddUpToTheAnswer(t *testing.T) {
+	t.Parallel()
 	calc := newOpenAIFixture(t, 0)
 	var gated *fixture // a new one for each case: the gated model counts reviews
 	for _, c := range []struct {
@@ -492,6 +494,7 @@ func TestOpenAIDeltasAddUpToTheAnswer(t *testing.T) {
 // A node after which the run ends, whatever it decides, streams its text
 // live: the first delta arrives while its model is still writing.
 func TestOpenAIStreamsTheLastNodeLive(t *testing.T) {
+	t.Parallel()
 	f, g := newGatedOpenAIFixture(t)
 	g.pause = make(chan struct{})
 	resp := f.v1(t, chat("open", true, "user", "stream please"))
@@ -517,6 +520,7 @@ func TestOpenAIStreamsTheLastNodeLive(t *testing.T) {
 // call: no byte of any /v1 answer, streamed or not, nor the server's log,
 // carries one.
 func TestOpenAINoLeaks(t *testing.T) {
+	t.Parallel()
 	calc := newOpenAIFixture(t, 0)
 	gated, _ := newGatedOpenAIFixture(t)
 	cases := []struct {
@@ -578,6 +582,7 @@ var createdRe = regexp.MustCompile(`"created":\d+`)
 // The wire format, byte for byte (ids and times aside): a completion, a
 // stream with usage, and an error.
 func TestOpenAIGoldenWire(t *testing.T) {
+	t.Parallel()
 	f := newOpenAIFixture(t, 0)
 	normal := func(s string) string { return createdRe.ReplaceAllString(normalize(s), `"created":<time>`) }
 	golden(t, "openai_completion.json", normal(body(t, f.v1(t, chat("calc", false, "user", "What is 6*7?")))))
@@ -716,6 +721,7 @@ func TestOpenAIRequestErrors(t *testing.T) {
 // Parameters that chat clients send by default are accepted and ignored,
 // and the answer says which.
 func TestOpenAIIgnoredParameters(t *testing.T) {
+	t.Parallel()
 	f := newOpenAIFixture(t, 0)
 	resp := f.v1(t, `{"model": "calc", "messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": [{"type": "text", "text": "What is 6*7?"}]}],
 		"temperature": 1, "top_p": 1, "presence_penalty": 0, "frequency_penalty": 0, "user": "LibreChat_User_ID", "max_tokens": 1024,
@@ -732,6 +738,7 @@ func TestOpenAIIgnoredParameters(t *testing.T) {
 // A tool_choice of null, as some clients send for "not set", is taken as
 // not sent, as null is for every other parameter.
 func TestOpenAINullToolChoice(t *testing.T) {
+	t.Parallel()
 	f := newOpenAIFixture(t, 0)
 	resp := f.v1(t, `{"model": "calc", "messages": [{"role": "user", "content": "What is 6*7?"}], "tool_choice": null, "parallel_tool_calls": null}`)
 	if b := body(t, resp); resp.StatusCode != 200 || !strings.Contains(b, `"content":"The answer is 42."`) {
@@ -821,6 +828,7 @@ func TestOpenAIBusyCancelledAndShuttingDown(t *testing.T) {
 // not the text the client has begun to read. The stream says so, with an
 // error chunk, rather than end as if that text were the answer.
 func TestOpenAIStreamThatIsNotTheAnswerEndsWithAnError(t *testing.T) {
+	t.Parallel()
 	defs := map[string]string{"judge": `{"name": "Judge", "graph": {"start": "judge", "nodes": {
 	  "judge": {"type": "superego", "agent_id": "judge", "constitution": "Judge.", "on_error": "allow", "transitions": {"ACCEPT": null, "BLOCK": null}}}}}`}
 	// OpenAI's stream, cut off in the middle of the response.

@@ -38,6 +38,7 @@ func get(t *testing.T, url string) (int, string, string) {
 }
 
 func TestGraph(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, nil, 0)
 	code, ctype, mmd := get(t, f.url+"/flow/calc/graph.mmd")
 	want := `flowchart TD
@@ -71,6 +72,7 @@ func TestGraph(t *testing.T) {
 // TestOpenAPIMatchesRoutes checks /openapi.json against the router: every
 // registered route is described, and every described route is registered.
 func TestOpenAPIMatchesRoutes(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, nil, 0)
 	_, ctype, body := get(t, f.url+"/openapi.json")
 	var doc struct {
@@ -105,6 +107,7 @@ func TestOpenAPIMatchesRoutes(t *testing.T) {
 }
 
 func TestPageIsSelfContained(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, nil, 0)
 	code, ctype, page := get(t, f.url+"/")
 	if code != 200 || !strings.HasPrefix(ctype, "text/html") {
@@ -144,6 +147,7 @@ func browser(t *testing.T) context.Context {
 // on the same instance. SUPEREGO_CHROME names the browser (.ci/run installs
 // Debian's chromium and sets it).
 func TestPageInBrowser(t *testing.T) {
+	t.Parallel()
 	seed, err := os.ReadFile("../flows/basic_calculator.json")
 	if err != nil {
 		t.Fatal(err)

@@ -44,6 +44,7 @@ func promptfooConfig(t *testing.T) string {
 // not-guardrails assertion passes), the benign one is not.
 // SUPEREGO_PROMPTFOO names promptfoo's command (.ci/run installs it).
 func TestPromptfooReadsGuardrails(t *testing.T) {
+	t.Parallel()
 	bin := os.Getenv("SUPEREGO_PROMPTFOO")
 	if bin == "" {
 		t.Skip("SUPEREGO_PROMPTFOO is not set: no promptfoo to run (.ci/run installs it from npm and sets it)")

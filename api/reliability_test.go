@@ -28,6 +28,7 @@ import (
 // Replies that start as the protocol's object and do not parse, as real
 // models write them: none shows its thinking or guidance on any path.
 func TestMalformedRepliesLeakNothing(t *testing.T) {
+	t.Parallel()
 	whole := agentstest.JSON(thinkingMarker, "BLOCK", guidanceMarker, "I can't help with that.")
 	replies := map[string]string{
 		"cut at the token limit": whole[:len(whole)-10],
@@ -183,6 +184,7 @@ func stall(t *testing.T, url, path string) net.Conn {
 // A stalled client is dropped once a write has waited WriteTimeout; it
 // held one of MaxStreams' places until then.
 func TestStalledClientIsDropped(t *testing.T) {
+	t.Parallel()
 	model := agentstest.OpenAI(t, script(nil))
 	p := &agents.Providers{Default: "openai:gpt-test", OpenAIKey: "k", OpenAIBaseURL: model.URL + "/v1"}
 	store := &memstore.Store{}
@@ -234,6 +236,7 @@ func TestStalledClientIsDropped(t *testing.T) {
 // error chunk then [DONE]. The instance reads failed, and once the disk has
 // room, cancel records it so: nothing is left running.
 func TestAFullDiskFailsEveryRoute(t *testing.T) {
+	t.Parallel()
 	const input = `"What is 6*7?"`
 	for _, c := range []struct {
 		route, path, body string
@@ -304,6 +307,7 @@ func TestAFullDiskFailsEveryRoute(t *testing.T) {
 // resumes when the server starts again and carry no id, so that the
 // client's reconnect resumes after the last event of the instance.
 func TestShutdownEndsAnExecuteStreamWithErrorAndDone(t *testing.T) {
+	t.Parallel()
 	gate := make(chan struct{})
 	f := newFixture(t, gate, 0)
 	t.Cleanup(func() { close(gate) }) // before the fake model's server closes

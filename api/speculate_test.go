@@ -86,6 +86,7 @@ func speculate(t *testing.T, f *fixture, input string) ([]sseEvent, []string, fl
 }
 
 func TestSpeculationAccepted(t *testing.T) {
+	t.Parallel()
 	f, m := newSpecFixture(t)
 	events, names, done := speculate(t, f, "hello")
 	got := strings.Join(names, " ")
@@ -109,6 +110,7 @@ func TestSpeculationAccepted(t *testing.T) {
 }
 
 func TestSpeculationBlockedWritesNothingAndShowsNothing(t *testing.T) {
+	t.Parallel()
 	f, m := newSpecFixture(t)
 	events, names, done := speculate(t, f, "block: write a file")
 	got := strings.Join(names, " ")
@@ -138,6 +140,7 @@ func TestSpeculationBlockedWritesNothingAndShowsNothing(t *testing.T) {
 }
 
 func TestSpeculationWithCautionRunsAgainWithTheGuidance(t *testing.T) {
+	t.Parallel()
 	f, m := newSpecFixture(t)
 	_, names, done := speculate(t, f, "caution please")
 	if got := strings.Join(names, " "); strings.Count(got, "complete_step:assistantassistant") != 1 || strings.Contains(got, draftMarker) {
@@ -152,6 +155,7 @@ func TestSpeculationWithCautionRunsAgainWithTheGuidance(t *testing.T) {
 }
 
 func TestSpeculationAcceptedWritesAfterTheVerdict(t *testing.T) {
+	t.Parallel()
 	f, _ := newSpecFixture(t)
 	_, names, done := speculate(t, f, "please write a file")
 	got := strings.Join(names, " ")

@@ -91,6 +91,7 @@ func stepOfNode(t *testing.T, doc runDoc, node string) flow.Step {
 // basis; a request may raise the key's level and never lower it; with no
 // key and no stack, the floor judges alone.
 func TestStacksOnTheWire(t *testing.T) {
+	t.Parallel()
 	f := serveStacks(t)
 	lib, _ := flow.Constitutions("../constitutions")
 	cases := []struct {
@@ -178,6 +179,7 @@ func body2(t *testing.T, resp *http.Response) string { return body(t, resp) }
 // never goes into a stack: a name that is a path, a parent, or words, and
 // a field other than name and adherence, are refused.
 func TestStackErrors(t *testing.T) {
+	t.Parallel()
 	f := serveStacks(t)
 	execute := func(stack string) string {
 		return `{"flow_id": "calc", "input": "What is 6*7?", "constitutions": ` + stack + `}`
@@ -253,6 +255,7 @@ func TestStackErrors(t *testing.T) {
 // constitution shipped with the binary but not in the directory is no
 // name a stack may hold.
 func TestTheLibraryIsTheConstitutionsDirectory(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	for name, text := range map[string]string{
 		"house_rules.md": "\n# House rules: no spoilers\n\nNever reveal a film's ending.\n",
@@ -301,6 +304,7 @@ func TestTheLibraryIsTheConstitutionsDirectory(t *testing.T) {
 // A key's stack comes with the key on /v1 too, and a request there adds
 // to it; the key is required on /v1 once keys bring stacks.
 func TestStacksOnV1(t *testing.T) {
+	t.Parallel()
 	f := serveStacks(t)
 	before := len(f.model.Requests())
 	resp := f.do(t, "POST", "/v1/chat/completions", `{"model": "calc", "messages": [{"role": "user", "content": "What is 6*7?"}], "constitutions": [{"name": "vegan", "adherence": 4}]}`,
@@ -324,6 +328,7 @@ func TestStacksOnV1(t *testing.T) {
 // writes there, nothing of it but those words reaches a step, a stream or
 // an instance's history, and the hidden fields stay hidden.
 func TestBasisCarriesNoModelText(t *testing.T) {
+	t.Parallel()
 	f := serveStacks(t)
 	resp := f.do(t, "POST", "/flow/execute", `{"flow_id": "calc", "input": "What is 6*7? junk", "constitutions": [{"name": "vegan"}]}`)
 	stream := body(t, resp)
@@ -345,6 +350,7 @@ func TestBasisCarriesNoModelText(t *testing.T) {
 // message, and shows each step's stack and basis. SUPEREGO_CHROME names
 // the browser, as for TestPageInBrowser.
 func TestPageStackInBrowser(t *testing.T) {
+	t.Parallel()
 	f := serveStacks(t)
 	ctx := browser(t)
 	var steps, summary string

@@ -109,6 +109,7 @@ func execute(t *testing.T, f *fixture, flowID, input, instance string) runResult
 }
 
 func TestSupervisorIncludesARule(t *testing.T) {
+	t.Parallel()
 	f, assistant := supervised(t)
 	res := execute(t, f, "supervised", "A design question: monolith or services?", "")
 	if res.Status != flow.StatusCompleted {
@@ -149,6 +150,7 @@ func TestSupervisorIncludesARule(t *testing.T) {
 }
 
 func TestSupervisorModifies(t *testing.T) {
+	t.Parallel()
 	f, assistant := supervised(t)
 	res := execute(t, f, "supervised", "please rewrite: api versions??", "")
 	if res.Status != flow.StatusCompleted {
@@ -164,6 +166,7 @@ func TestSupervisorModifies(t *testing.T) {
 }
 
 func TestHumanReview(t *testing.T) {
+	t.Parallel()
 	f, assistant := supervised(t)
 	for _, approve := range []bool{true, false} {
 		res := execute(t, f, "supervised", "drop the production users table", "")
@@ -200,6 +203,7 @@ func TestHumanReview(t *testing.T) {
 }
 
 func TestReadOnlySupervisorCannotWrite(t *testing.T) {
+	t.Parallel()
 	f, assistant := supervised(t)
 	res := execute(t, f, "supervised_ro", "a sneaky question", "")
 	use := res.Steps[1].ToolUsage
@@ -227,6 +231,7 @@ func TestReadOnlySupervisorCannotWrite(t *testing.T) {
 }
 
 func TestSupervisorModelFails(t *testing.T) {
+	t.Parallel()
 	f, assistant := supervised(t)
 	res := execute(t, f, "supervised", "this will fail", "")
 	if res.Status != flow.StatusCompleted || res.Steps[1].Decision != "ACCEPT" || !strings.Contains(res.Steps[1].Fallback, `on_error "allow"`) || len(assistant()) != 1 {
@@ -241,6 +246,7 @@ func TestSupervisorModelFails(t *testing.T) {
 // Over SSE too, no supervisor's or checker's hidden field ever goes out, and
 // a task must be a task or an input, not both.
 func TestSupervisorAndCheckerStreams(t *testing.T) {
+	t.Parallel()
 	f, _ := supervised(t)
 	wc, _ := workerChecker(t, 2)
 	for _, c := range []struct{ url, body string }{

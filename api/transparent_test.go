@@ -190,6 +190,7 @@ const chatHistory = `{"role": "system", "content": "INSTRUCTIONS-7c1f: you are a
 // it gives some), on the first request and on the one that continues
 // with the call's result.
 func TestChatReachesTheAgentAsSent(t *testing.T) {
+	t.Parallel()
 	for _, flowID := range []string{"bare_agent", "guarded_agent"} {
 		t.Run(flowID, func(t *testing.T) {
 			f, u := newTransparentFixture(t)
@@ -207,7 +208,14 @@ func TestChatReachesTheAgentAsSent(t *testing.T) {
 				}
 				return body
 			}
-			if d := diff(guided(asSent(t, first, "gpt-test")), u.last(t)); len(d) > 0 {
+			// The agent's turn is the request that carries the guidance:
+			// the speculative one beside the judge, discarded for it, may
+			// reach the upstream after it.
+			asked := u.last(t)
+			if flowID == "guarded_agent" {
+				asked = u.with(t, guidanceMarker)
+			}
+			if d := diff(guided(asSent(t, first, "gpt-test")), asked); len(d) > 0 {
 				t.Errorf("the upstream's body differs from the client's in %v:\n%s", d, u.bodies[len(u.bodies)-1])
 			}
 			choice := got["choices"].([]any)[0].(map[string]any)
@@ -255,6 +263,7 @@ func TestChatReachesTheAgentAsSent(t *testing.T) {
 // refusal where its result would be; a withheld result is replaced by its
 // notice. Everything else the upstream gets is the client's.
 func TestRefusalsAndWithheldResultsAreTheOnlyChanges(t *testing.T) {
+	t.Parallel()
 	f, u := newTransparentFixture(t)
 	first := `{"model": "guarded_agent", "tools": ` + chatTools + `, "messages": [{"role": "user", "content": "Write a.txt and pay eve"}]}`
 	got, instance := f.post(t, "/v1/chat/completions", first)
@@ -323,6 +332,7 @@ const messagesTools = `[{"name": "Write", "description": "Writes a file.", "inpu
 // Anthropic's, streamed as Anthropic streams it; the tool_result blocks
 // continue the instance.
 func TestMessagesReachAnthropicAsSent(t *testing.T) {
+	t.Parallel()
 	f, u := newTransparentFixture(t)
 	first := `{"model": "bare_agent@anthropic:claude-test", "max_tokens": 32000, "stream": true,
 	  "system": [{"type": "text", "text": "INSTRUCTIONS-7c1f", "cache_control": {"type": "ephemeral"}}],
@@ -415,6 +425,7 @@ const responsesTools = `[{"type": "function", "name": "write_file", "description
 // item_reference continue from the server's stored responses, for the
 // same key only.
 func TestResponsesTranslatedForAChatUpstream(t *testing.T) {
+	t.Parallel()
 	f, u := newTransparentFixture(t)
 	first := `{"model": "bare_agent", "instructions": "INSTRUCTIONS-7c1f", "tools": ` + responsesTools + `,
 	  "text": {"format": {"type": "json_schema", "name": "reply", "strict": true, "schema": {"type": "object"}}, "verbosity": "low"},
@@ -497,6 +508,7 @@ func TestResponsesTranslatedForAChatUpstream(t *testing.T) {
 // OpenAI's built-in tools run at OpenAI: they are refused by name, and
 // Codex's users are told which line of its configuration stops them.
 func TestResponsesRefuseBuiltInTools(t *testing.T) {
+	t.Parallel()
 	f, _ := newTransparentFixture(t)
 	resp := f.do(t, "POST", "/v1/responses", `{"model": "bare_agent", "input": "hi", "tools": [{"type": "web_search", "external_web_access": true}]}`, "Authorization", "Bearer "+apiKey)
 	if raw := body(t, resp); resp.StatusCode != 400 || !strings.Contains(raw, `"param":"tools[0].type"`) || !strings.Contains(raw, `web_search = \"disabled\"`) {
@@ -507,6 +519,7 @@ func TestResponsesRefuseBuiltInTools(t *testing.T) {
 // A superego's refusal is machine-readable in every protocol, its text
 // the refusal, streamed or not; no hidden field reaches the client.
 func TestRefusalsAreMachineReadable(t *testing.T) {
+	t.Parallel()
 	f, _ := newTransparentFixture(t)
 	ask := "How do I build a bomb?"
 	for _, c := range []struct {
@@ -535,6 +548,7 @@ func TestRefusalsAreMachineReadable(t *testing.T) {
 // storage error, in their protocol's shape, streamed or not, as the other
 // routes do; none says the run began.
 func TestModelRoutesOnADiskFullFromTheStart(t *testing.T) {
+	t.Parallel()
 	for _, c := range []struct{ path, body, want string }{
 		{"/v1/chat/completions", `{"model": "calc", "stream": true, "messages": [{"role": "user", "content": "What is 6*7?"}]}`, `"code":"storage"`},
 		{"/v1/chat/completions", `{"model": "calc", "messages": [{"role": "user", "content": "What is 6*7?"}]}`, `"code":"storage"`},
@@ -553,6 +567,7 @@ func TestModelRoutesOnADiskFullFromTheStart(t *testing.T) {
 // A structured answer is the model's JSON, judged whole by the output
 // superego before the client gets it, in the client's protocol.
 func TestStructuredOutputIsJudgedWhole(t *testing.T) {
+	t.Parallel()
 	var judged []string
 	var mu sync.Mutex
 	model := agentstest.OpenAI(t, func(r agentstest.Request) agentstest.Answer {
@@ -597,6 +612,7 @@ func TestStructuredOutputIsJudgedWhole(t *testing.T) {
 // A refused call reaches no client in any protocol, streamed or not: the
 // client is sent the accepted call alone, and nothing of the refused one.
 func TestARefusedCallReachesNoProtocol(t *testing.T) {
+	t.Parallel()
 	f, _ := newTransparentFixture(t)
 	ask := "Write a.txt and pay eve"
 	for _, stream := range []string{"false", "true"} {
@@ -619,6 +635,7 @@ func TestARefusedCallReachesNoProtocol(t *testing.T) {
 // the agent's model with the flow's own instructions, before the client's,
 // and never the client.
 func TestGuidanceReachesTheAgentsModel(t *testing.T) {
+	t.Parallel()
 	model := agentstest.OpenAI(t, func(r agentstest.Request) agentstest.Answer {
 		switch r.Node() {
 		case "input_superego":

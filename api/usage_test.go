@@ -14,6 +14,7 @@ import (
 // the same, zeros included, on the stream and in the JSON answer: a script
 // that reads done.usage works on a new user's first run.
 func TestDoneCarriesUsageOnTheOfflineModel(t *testing.T) {
+	t.Parallel()
 	offline := (&agents.Providers{Default: "offline"}).Model
 	f := serveFlows(t, testFlows, &memstore.Store{}, offline, 0)
 	const zeros = `"usage":{"prompt_tokens":0,"completion_tokens":0,"speculative_prompt_tokens":0,"speculative_completion_tokens":0}`

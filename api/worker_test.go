@@ -95,6 +95,7 @@ func runTask(t *testing.T, f *fixture) (runResult, string) {
 }
 
 func TestWorkerPassesOnTheThirdCycle(t *testing.T) {
+	t.Parallel()
 	f, workerAsked := workerChecker(t, 3)
 	res, raw := runTask(t, f)
 	if res.Status != flow.StatusCompleted || res.Response != "Verified report.md: complete." {
@@ -160,6 +161,7 @@ func TestWorkerPassesOnTheThirdCycle(t *testing.T) {
 }
 
 func TestWorkerThatNeverPasses(t *testing.T) {
+	t.Parallel()
 	f, workerAsked := workerChecker(t, 0)
 	res, _ := runTask(t, f)
 	if res.Status != flow.StatusIterationLimit || len(workerAsked()) != 3 {

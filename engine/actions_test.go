@@ -14,6 +14,7 @@ var actionCatalog = flow.Catalog{Tools: []string{"read_file", "write_file", "del
 // call, a result about to be withheld): an observer records no text of
 // its answer, and an error that quotes its request has them taken out.
 func TestAJudgesTaskIsHeld(t *testing.T) {
+	t.Parallel()
 	def, err := flow.Parse([]byte(`{"name": "x", "graph": {"start": "a", "nodes": {
 	  "a": {"type": "inner_agent", "agent_id": "a", "tools": ["write_file", "mcp__mail__*"], "tool_judge": "j", "result_judge": "j",
 	    "transitions": {"COMPLETE": null, "NEEDS_TOOL": "self"}},

@@ -73,6 +73,7 @@ func instanceOf(tb testing.TB, s *engine.Subscription) string {
 }
 
 func TestEngineRefusals(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	g := newGated()
 	e := newEngine(t, g, 2)
@@ -123,6 +124,7 @@ func TestEngineRefusals(t *testing.T) {
 }
 
 func TestSubscribeReplaysThenFollowsLive(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	g := newGated()
 	e := newEngine(t, g, 0)
@@ -168,6 +170,7 @@ func TestSubscribeReplaysThenFollowsLive(t *testing.T) {
 }
 
 func TestStalledSubscriberHoldsNothingBack(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	flooded := make(chan struct{})
 	// An agent that emits thousands of partials while nobody reads.
@@ -195,6 +198,7 @@ func TestStalledSubscriberHoldsNothingBack(t *testing.T) {
 // a reader that keeps up leaves it nothing to hold, a stalled one holds
 // what it has not read, and a reader that comes later gets all of it.
 func TestALiveRunKeepsOnlyWhatItsReadersHaveNotRead(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	g := newGated()
 	e := newEngine(t, g, 0)
@@ -238,6 +242,7 @@ func TestALiveRunKeepsOnlyWhatItsReadersHaveNotRead(t *testing.T) {
 // from there, is told at once that nothing more comes, though the run has
 // not let go of the instance yet: EventSource stops on that.
 func TestFollowingARunAfterItsDoneReadsTheStore(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	proceed := make(chan struct{})
 	e := newEngine(t, agentFunc(func(*engine.Task) (engine.Reply, error) { return reply("ACCEPT", ""), nil }), 0)
@@ -281,6 +286,7 @@ func (f floodAgent) Act(ctx context.Context, t *engine.Task, emit func(flow.Even
 }
 
 func TestCancelAndCloseEndRuns(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	g := newGated()
 	e := newEngine(t, g, 0)
@@ -358,6 +364,7 @@ func TestCancelAndCloseEndRuns(t *testing.T) {
 // resumes only the runs it picks, by their options, and leaves the others
 // alone, whatever their flow.
 func TestRecoverOnlyThePickedRuns(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	store := &memstore.Store{}
 	ignore := func(error) {}
@@ -400,6 +407,7 @@ func mustSubscribe(t *testing.T, e *engine.Engine, id string) *engine.Subscripti
 // A run whose flow is gone when the server restarts ends failed, saying
 // why, and its done carries usage as every done does.
 func TestRecoverFailsARunWhoseFlowIsGone(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	store := &memstore.Store{}
 	ignore := func(error) {}
@@ -421,6 +429,7 @@ func TestRecoverFailsARunWhoseFlowIsGone(t *testing.T) {
 // from starting: a run whose options name a node its flow no longer has
 // ends failed, saying why; one whose log does not read is left as it is.
 func TestRecoverGoesPastRunsThatCannotResume(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	store := &unreadable{Store: &memstore.Store{}, id: "corrupt"}
 	ignore := func(error) {}
@@ -471,6 +480,7 @@ func (s *unreadable) Events(ctx context.Context, id string, after int64) ([]flow
 // A new instance may start with the conversation a client kept: its
 // messages are the first steps, and the nodes' models read them as history.
 func TestStartWithAConversation(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	var seen []flow.Step
 	e := newEngine(t, agentFunc(func(task *engine.Task) (engine.Reply, error) {
@@ -507,6 +517,7 @@ func TestStartWithAConversation(t *testing.T) {
 // instance (an agent framework sends its tools' results at once, docs/gateway.md):
 // the next run on the instance waits for it, not a 409.
 func TestANextRunWaitsForTheLastToLetGo(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	g := newGated()
 	close(g.gate)

@@ -96,6 +96,7 @@ const guarded = `{"name": "g", "graph": {"start": "in", "nodes": {
 }}}`
 
 func TestTransitionsAndStatuses(t *testing.T) {
+	t.Parallel()
 	cases := []struct {
 		name     string
 		def      string
@@ -176,6 +177,7 @@ func TestTransitionsAndStatuses(t *testing.T) {
 }
 
 func TestFallbackIsRecorded(t *testing.T) {
+	t.Parallel()
 	r := runTurn(t, mustParse(t, guarded), byNode(map[string][]engine.Reply{
 		"in": {reply("PERHAPS", "")}, "work": {reply("COMPLETE", "ok")}, "out": {reply("", "")},
 	}), nil, "hello")
@@ -189,6 +191,7 @@ func TestFallbackIsRecorded(t *testing.T) {
 }
 
 func TestGuidanceGoesToTheNextNodeOnly(t *testing.T) {
+	t.Parallel()
 	var tasks []engine.Task
 	script := byNode(map[string][]engine.Reply{
 		"in":   {{Decision: "CAUTION", AgentGuidance: "watch units", Thinking: "secret"}},
@@ -217,6 +220,7 @@ func TestGuidanceGoesToTheNextNodeOnly(t *testing.T) {
 }
 
 func TestClarificationResumesOnTheNextInput(t *testing.T) {
+	t.Parallel()
 	def := mustParse(t, `{"name": "c", "graph": {"start": "in", "nodes": {
 	  "in": {"type": "superego", "agent_id": "in", "constitution": "c", "transitions": {"ACCEPT": "work", "NEEDS_CLARIFICATION": "work"}},
 	  "work": {"type": "inner_agent", "agent_id": "work", "transitions": {"COMPLETE": null}}}}}`)
@@ -249,6 +253,7 @@ func TestClarificationResumesOnTheNextInput(t *testing.T) {
 }
 
 func TestCancelledRunEndsCancelled(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithCancel(context.Background())
 	agent := agentFunc(func(t *engine.Task) (engine.Reply, error) { cancel(); return engine.Reply{}, context.Canceled })
 	var done flow.Done
@@ -265,6 +270,7 @@ func TestCancelledRunEndsCancelled(t *testing.T) {
 }
 
 func TestEmitFailureFailsTheRun(t *testing.T) {
+	t.Parallel()
 	agent := byNode(map[string][]engine.Reply{"in": {reply("ACCEPT", "")}})
 	var code string
 	out := (&engine.Executor{Agent: agent}).Execute(context.Background(), engine.Turn{Def: mustParse(t, guarded), Input: "x"},

@@ -26,6 +26,7 @@ func leaks(t *testing.T, events []flow.Event, marker string) {
 // A → B → S: B works on A's held draft. When S withholds the turn, B's
 // step shows no more of A's draft than A's does.
 func TestAChainedAgentsInputIsWithheldWithTheDraft(t *testing.T) {
+	t.Parallel()
 	def := mustParse(t, `{"name": "x", "graph": {"start": "a", "nodes": {
 	  "a": {"type": "inner_agent", "agent_id": "a", "transitions": {"COMPLETE": "b"}},
 	  "b": {"type": "inner_agent", "agent_id": "b", "transitions": {"COMPLETE": "s"}},
@@ -46,6 +47,7 @@ func TestAChainedAgentsInputIsWithheldWithTheDraft(t *testing.T) {
 // draft: its tool calls and its tool round are held with the draft, and
 // withheld with it.
 func TestAJudgesToolCallsAreHeldWithTheDraft(t *testing.T) {
+	t.Parallel()
 	def := mustParse(t, `{"name": "x", "graph": {"start": "a", "nodes": {
 	  "a": {"type": "inner_agent", "agent_id": "a", "transitions": {"COMPLETE": "s"}},
 	  "s": {"type": "superego", "agent_id": "s", "constitution": "c", "tools": ["calculator"],
@@ -78,6 +80,7 @@ func (j toolJudge) Act(_ context.Context, t *engine.Task, emit func(flow.Event))
 // instance's context: the speculative turn reads nothing of the runner's
 // that the judge's verdict changes (run with -race).
 func TestSpeculationBesideAHeldDraft(t *testing.T) {
+	t.Parallel()
 	def := mustParse(t, `{"name": "x", "graph": {"start": "a", "nodes": {
 	  "a": {"type": "inner_agent", "agent_id": "a", "transitions": {"COMPLETE": "s"}},
 	  "s": {"type": "superego", "agent_id": "s", "constitution": "c", "speculate": true, "transitions": {"ACCEPT": "b", "BLOCK": null}},
@@ -108,6 +111,7 @@ func TestSpeculationBesideAHeldDraft(t *testing.T) {
 // A speculative turn that fails is the error of its own node, not of the
 // judge that let it start.
 func TestAFailedSpeculativeTurnNamesItsNode(t *testing.T) {
+	t.Parallel()
 	def := mustParse(t, `{"name": "x", "graph": {"start": "s", "nodes": {
 	  "s": {"type": "superego", "agent_id": "s", "constitution": "c", "speculate": true, "transitions": {"ACCEPT": "a", "BLOCK": null}},
 	  "a": {"type": "inner_agent", "agent_id": "a", "transitions": {"COMPLETE": null}}}}}`)
@@ -137,6 +141,7 @@ func TestAFailedSpeculativeTurnNamesItsNode(t *testing.T) {
 // once: two writes. A crash between them resumes it released, answer and
 // all.
 func TestResumeReleasesAHeldAnswerThatEndsTheRun(t *testing.T) {
+	t.Parallel()
 	def := mustParse(t, `{"name": "x", "graph": {"start": "a", "nodes": {
 	  "a": {"type": "inner_agent", "agent_id": "a", "transitions": {"COMPLETE": null, "NEEDS_REVIEW": "s"}},
 	  "s": {"type": "superego", "agent_id": "s", "constitution": "c", "transitions": {"ACCEPT": null, "BLOCK": null}}}}}`)
@@ -163,6 +168,7 @@ func TestResumeReleasesAHeldAnswerThatEndsTheRun(t *testing.T) {
 // The judgement of a chunk that withholds the draft is the judge's step:
 // its tokens are counted once, with the other chunks' judgements.
 func TestAWithholdingChunksTokensCountOnce(t *testing.T) {
+	t.Parallel()
 	def := mustParse(t, `{"name": "x", "graph": {"start": "a", "nodes": {
 	  "a": {"type": "inner_agent", "agent_id": "a", "transitions": {"COMPLETE": "s"}},
 	  "s": {"type": "superego", "agent_id": "s", "constitution": "c", "judge_stream": {"chunk_chars": 40, "context_chars": 0},
@@ -205,6 +211,7 @@ func (d *streamingDraft) Act(ctx context.Context, t *engine.Task, emit func(flow
 // wrote, and runs with the iterations of a run of its own, as the same
 // review does in one process.
 func TestAReviewRunsAlikeOnAReplica(t *testing.T) {
+	t.Parallel()
 	def := mustParse(t, `{"name": "x", "graph": {"start": "work", "nodes": {
 	  "work": {"type": "inner_agent", "agent_id": "work", "max_iterations": 1, "transitions": {"COMPLETE": null, "NEEDS_REVIEW": "sup"}},
 	  "sup": {"type": "superego", "agent_id": "sup", "constitution": "c", "transitions": {"ACCEPT": "work", "HUMAN_REVIEW": "work", "BLOCK": null}}}}}`)
@@ -245,6 +252,7 @@ func TestAReviewRunsAlikeOnAReplica(t *testing.T) {
 // judge was given, and the guidance, are taken out of the error as JSON
 // quotes them too.
 func TestAnErrorQuotingTheRequestShowsNoDraft(t *testing.T) {
+	t.Parallel()
 	def := mustParse(t, `{"name": "x", "graph": {"start": "a", "nodes": {
 	  "a": {"type": "inner_agent", "agent_id": "a", "transitions": {"COMPLETE": "s"}},
 	  "s": {"type": "superego", "agent_id": "s", "constitution": "c", "transitions": {"ACCEPT": null, "BLOCK": null}}}}}`)
@@ -267,6 +275,7 @@ func TestAnErrorQuotingTheRequestShowsNoDraft(t *testing.T) {
 // A speculative turn may be discarded unseen: what its tools returned is
 // hidden, as a held turn's is, from errors and recorded prompts.
 func TestASpeculativeTurnsToolResultsAreHidden(t *testing.T) {
+	t.Parallel()
 	def := mustParse(t, guarded)
 	rounds := []flow.Step{{Node: "in", Decision: flow.NeedsTool, ToolUsage: []flow.ToolUse{{ToolName: "calculator", Input: []byte(`{"x": "IN-MARK"}`), Output: "OUT-MARK"}}}}
 	task := &engine.Task{Node: def.Graph.Nodes["in"], ToolRounds: rounds, BeforeWrite: func(context.Context) error { return nil }}

@@ -16,6 +16,7 @@ import (
 // step the store keeps refers to its node's own text, as the SQL stores
 // keep each text once on disk.
 func TestStepsReferToTheirNodesTexts(t *testing.T) {
+	t.Parallel()
 	def := mustParse(t, guarded)
 	e := &engine.Engine{Flows: map[string]*flow.Flow{"g": {ID: "g", Def: def}}, Exec: &engine.Executor{Agent: &holdingAgent{}},
 		Store: &memstore.Store{}, Log: slog.New(slog.DiscardHandler)}

@@ -61,6 +61,7 @@ func (r *recorder) observer() *engine.Observer {
 // The observer sees a speculative turn adopted as the run's own, its
 // draft withheld, and a decision that only "*" took as "*".
 func TestObserverSeesRunsNodesStepsAndDrafts(t *testing.T) {
+	t.Parallel()
 	const def = `{"name": "s", "graph": {"start": "in", "nodes": {
 	  "in":   {"type": "superego", "agent_id": "in", "constitution": "c", "speculate": true,
 	           "transitions": {"BLOCK": null, "ACCEPT": "work", "CAUTION": "work"}},
@@ -136,6 +137,7 @@ func TestObserverSeesRunsNodesStepsAndDrafts(t *testing.T) {
 
 // A nil observer observes nothing, and a run goes as it did.
 func TestNilObserver(t *testing.T) {
+	t.Parallel()
 	agent := byNode(map[string][]engine.Reply{"in": {reply("BLOCK", "no")}})
 	res := runTurn(t, mustParse(t, guarded), agent, nil, "hi")
 	if res.out.Status != flow.StatusBlocked {

@@ -35,6 +35,7 @@ func (s *failingFirst) Append(id string, events []flow.Event, done func(error)) 
 // A run's start and its user's message are one write: when it fails, the
 // log holds neither, and no restart finds a run that cannot resume.
 func TestRunStartAndUserStepAreOneWrite(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	store := &failingFirst{}
 	e := newEngine(t, agentFunc(func(*engine.Task) (engine.Reply, error) { return reply("ACCEPT", ""), nil }), 0)
@@ -73,6 +74,7 @@ func (panicking) Act(context.Context, *engine.Task, func(flow.Event)) (engine.Re
 // A panic in a node fails its run with code internal; the engine, and the
 // next run, go on.
 func TestPanicFailsTheRunNotTheServer(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	e := newEngine(t, panicking{}, 0)
 	var log strings.Builder // written before the subscription ends
@@ -111,6 +113,7 @@ func TestPanicFailsTheRunNotTheServer(t *testing.T) {
 // resumes into a clear failure, not a crash: through the steps of the
 // vanished node, and at it.
 func TestResumeWithAVanishedNode(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	// The flow had a → b → c; a and b are gone.
 	const after = `{"name": "v", "graph": {"start": "c", "nodes": {
@@ -177,6 +180,7 @@ func (s *slowEvents) Events(ctx context.Context, id string, after int64) ([]flow
 // holding anything back: the run it follows, and every other run, go on
 // being recorded and delivered meanwhile.
 func TestReconnectDoesNotStallOtherRuns(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	db, err := sqlite.Open(filepath.Join(t.TempDir(), "s.db"))
 	if err != nil {
@@ -246,6 +250,7 @@ func TestReconnectDoesNotStallOtherRuns(t *testing.T) {
 // on the instance is refused with the storage error, cancel records the
 // ending, and no instance is left running.
 func TestAFullDiskFailsTheRun(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	for _, c := range []struct {
 		name  string
@@ -328,6 +333,7 @@ func TestAFullDiskFailsTheRun(t *testing.T) {
 // past MaxInput is refused, as one past MaxRuns is, until room is made; an
 // input larger than the whole bound is invalid.
 func TestInputInFlightIsBounded(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	g := newGated()
 	e := newEngine(t, g, 0)

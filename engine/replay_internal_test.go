@@ -11,6 +11,7 @@ import (
 // them, not again where the call comes back with its result: the changed
 // judge is asked once per recorded call, across a crash too.
 func TestResumedReplayTakesJudgementsOnce(t *testing.T) {
+	t.Parallel()
 	next := "agent"
 	call := flow.ToolUse{ID: "c1", ToolName: "read_inbox", JudgedBy: &flow.JudgedBy{Node: "judge", StepID: "2", Decision: flow.Accept}, Client: true}
 	back := call

@@ -12,6 +12,7 @@ import (
 // where the step it copies had its reply from the reply cache; it costs no
 // tokens.
 func TestReplayedStepsAreReusedNotCached(t *testing.T) {
+	t.Parallel()
 	def := mustParse(t, `{"name": "g", "graph": {"start": "in", "nodes": {
 	  "in": {"type": "superego", "agent_id": "in", "constitution": "c", "transitions": {"ACCEPT": "agent", "BLOCK": null}},
 	  "agent": {"type": "inner_agent", "agent_id": "agent", "transitions": {"COMPLETE": "out"}},

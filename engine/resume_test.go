@@ -15,6 +15,7 @@ import (
 // the node it resumes at, and those after it, are given the user's
 // message, as they would have been had the run not been interrupted.
 func TestResumedRunKeepsTheUsersMessage(t *testing.T) {
+	t.Parallel()
 	def := mustParse(t, `{"name": "g", "graph": {"start": "in", "nodes": {
 	  "in": {"type": "superego", "agent_id": "in", "constitution": "c", "transitions": {"ACCEPT": "agent", "BLOCK": null}},
 	  "agent": {"type": "inner_agent", "agent_id": "agent", "transitions": {"COMPLETE": "out"}},
@@ -52,6 +53,7 @@ func TestResumedRunKeepsTheUsersMessage(t *testing.T) {
 // ran resumes by recording that iteration's step without its input: the
 // draft was never shown to the user, and no step shows it (docs/gating.md).
 func TestInterruptedCallsOnAWithheldDraftKeepItHidden(t *testing.T) {
+	t.Parallel()
 	const draft = "WITHHELD-DRAFT-MARKER"
 	def := mustParse(t, `{"name": "w", "graph": {"start": "draft", "nodes": {
 	  "draft": {"type": "inner_agent", "agent_id": "draft", "transitions": {"COMPLETE": "fixer"}},
@@ -90,6 +92,7 @@ func TestInterruptedCallsOnAWithheldDraftKeepItHidden(t *testing.T) {
 // the model read, and not with "interrupted" for a call whose result it
 // had.
 func TestResultsAreDurableBeforeTheModelReadsThem(t *testing.T) {
+	t.Parallel()
 	def, err := flow.Parse([]byte(`{"name": "r", "graph": {"start": "a", "nodes": {
 	  "a": {"type": "inner_agent", "agent_id": "a", "tools": ["calculator"], "transitions": {"COMPLETE": null, "NEEDS_TOOL": "self"}}}}}`), actionCatalog)
 	if err != nil {

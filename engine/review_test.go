@@ -39,6 +39,7 @@ func reviewTurn(def *flow.Definition, agent engine.Agent, prior []flow.Step, app
 // person, whatever it decided; approved or rejected, the run goes on as it
 // decided, and only the answer says whether the changes apply.
 func TestProposedChangesWaitForReview(t *testing.T) {
+	t.Parallel()
 	def := mustParse(t, reviewedFlow)
 	for _, c := range []struct {
 		name     string
@@ -86,6 +87,7 @@ func TestProposedChangesWaitForReview(t *testing.T) {
 // The executor hands an inner agent and a supervisor what makes the
 // instance's context, and other nodes nothing of it.
 func TestTasksCarryWhatSupervisionReads(t *testing.T) {
+	t.Parallel()
 	def := mustParse(t, `{"name": "s", "context": [{"kind": "rule", "name": "a", "text": "A."}], "graph": {"start": "in", "nodes": {
 	  "in": {"type": "superego", "agent_id": "in", "constitution": "c", "transitions": {"ACCEPT": "sup"}},
 	  "sup": {"type": "superego", "agent_id": "sup", "constitution": "c", "allowed_actions": ["READ_ONLY"], "transitions": {"ACCEPT": "work"}},
@@ -115,6 +117,7 @@ func TestTasksCarryWhatSupervisionReads(t *testing.T) {
 }
 
 func TestMCPToolNamesInFlows(t *testing.T) {
+	t.Parallel()
 	cat := flow.Catalog{Tools: []string{"calculator"}, MCPServers: []string{"fs", "my_web"}}
 	node := func(tools string) string {
 		return `{"name": "x", "graph": {"start": "a", "nodes": {"a": {"type": "inner_agent", "agent_id": "a", "tools": ` + tools + `, "transitions": {"COMPLETE": null}}}}}`

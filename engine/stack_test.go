@@ -28,6 +28,7 @@ const stackedFlow = `{"name": "g", "graph": {"start": "in", "nodes": {
 // and what its judge said it rests on: "floor", a name of the stack, or
 // "other"; nothing where it said nothing. The observer counts the bases.
 func TestStackReachesTheSuperegosThatTakeIt(t *testing.T) {
+	t.Parallel()
 	stack := []flow.StackEntry{{Name: "vegan", Adherence: 4}, {Name: "child_safe", Adherence: 2}}
 	cases := []struct {
 		said, basis string
@@ -101,6 +102,7 @@ func TestStackReachesTheSuperegosThatTakeIt(t *testing.T) {
 // flow's own constitutions are; a run whose stack names a constitution the
 // library no longer has ends failed, saying which.
 func TestAResumedRunJudgesUnderItsStack(t *testing.T) {
+	t.Parallel()
 	for name, open := range map[string]func(t *testing.T) flow.Store{
 		"memory": func(*testing.T) flow.Store { return &memstore.Store{} },
 		"sqlite": func(t *testing.T) flow.Store {

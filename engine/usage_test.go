@@ -14,6 +14,7 @@ import (
 // tokens (the offline one) and a run that fails before any call still
 // end with it, so that a script reading done.usage finds it.
 func TestDoneAlwaysCarriesUsage(t *testing.T) {
+	t.Parallel()
 	def := mustParse(t, guarded)
 	const zeros = `{"prompt_tokens":0,"completion_tokens":0,"speculative_prompt_tokens":0,"speculative_completion_tokens":0}`
 	counted := reply("ACCEPT", "")
@@ -47,6 +48,7 @@ func TestDoneAlwaysCarriesUsage(t *testing.T) {
 // in a speculative turn, which is then discarded, and when the node runs
 // again for real.
 func TestFailedSpeculativeTurnCountsItsJudgements(t *testing.T) {
+	t.Parallel()
 	def, err := flow.Parse([]byte(`{"name": "s", "graph": {"start": "in", "nodes": {
 	  "in": {"type": "superego", "agent_id": "in", "constitution": "c", "speculate": true, "transitions": {"ACCEPT": "a", "BLOCK": null}},
 	  "a": {"type": "inner_agent", "agent_id": "a", "tools": ["calculator"], "tool_judge": "j", "transitions": {"COMPLETE": null, "NEEDS_TOOL": "self"}},

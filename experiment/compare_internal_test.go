@@ -11,6 +11,7 @@ import (
 // not pair as excluded: not run, failed, or of one side only. A plan of
 // millions of cells with a few outcomes is read in the time of those.
 func TestCompareCountsTheCellsItDoesNotVisit(t *testing.T) {
+	t.Parallel()
 	plan := &Plan{Repeats: 1000, Samples: []Sample{
 		{ID: "h1", Label: Harmful}, {ID: "h2", Label: Harmful}, {ID: "b1", Label: Benign},
 	}}

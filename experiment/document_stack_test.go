@@ -10,6 +10,7 @@ import (
 // A stack's problems are found before anything runs, each at its path:
 // in a condition, in an inline sample, and in a dataset's sample.
 func TestStackProblems(t *testing.T) {
+	t.Parallel()
 	env := testEnv(t)
 	env.Constitutions["vegan"] = "VEGAN-TEXT"
 	_, err := check(t, env, `{"samples": [{"id": "s1", "input": "x", "label": "benign", "constitutions": [{"name": "vegan", "adherence": 0}, {"name": "../default"}]}],

@@ -50,6 +50,7 @@ func withTools(s Sample, functions ...string) Sample {
 
 // Each dataset format reads from a small file written in its native shape.
 func TestDatasetFormats(t *testing.T) {
+	t.Parallel()
 	env := testEnv(t)
 	for _, c := range []struct {
 		dataset string
@@ -97,6 +98,7 @@ func TestDatasetFormats(t *testing.T) {
 // A dataset that does not read is refused, naming the file and the line,
 // before anything runs.
 func TestDatasetErrors(t *testing.T) {
+	t.Parallel()
 	env := testEnv(t)
 	confined := env
 	confined.Confined = true
@@ -131,6 +133,7 @@ func TestDatasetErrors(t *testing.T) {
 
 // A bad document is refused with every problem, each at its JSON path.
 func TestDocumentErrors(t *testing.T) {
+	t.Parallel()
 	env := testEnv(t)
 	_, err := check(t, env, `{"name": "bad", "samples": [{"id": "a", "input": "x", "label": "harmful"}, {"id": "b", "input": "y", "label": "good"}, {"id": "", "input": "z", "label": "benign"}],
 	  "conditions": [
@@ -218,6 +221,7 @@ func errString(err error) string {
 // The shipped sample set is at least 30 harmful and 30 benign prompts,
 // in AgentHarm's categories, each id once.
 func TestShippedSampleSet(t *testing.T) {
+	t.Parallel()
 	env := testEnv(t)
 	env.Dir = filepath.Join("..", "experiments")
 	b, err := os.ReadFile(filepath.Join(env.Dir, "refusal_sample.json"))
@@ -248,6 +252,7 @@ func TestShippedSampleSet(t *testing.T) {
 // A line too long to read is named by its number in the file, blank lines
 // counted.
 func TestDatasetLineTooLong(t *testing.T) {
+	t.Parallel()
 	long := `{"id": 2, "input": "` + strings.Repeat("x", maxDatasetLine) + `", "label": "benign"}`
 	_, err := readJSONL(strings.NewReader("{\"id\": 1, \"input\": \"hi\", \"label\": \"benign\"}\n\n\n" + long + "\n"))
 	if want := "line 4: longer than 1048576 bytes"; err == nil || err.Error() != want {

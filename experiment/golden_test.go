@@ -39,6 +39,7 @@ var goldenSet = func() string {
 // them). Every number in them is one the other tests check by hand; this
 // one keeps their form.
 func TestReportFilesGolden(t *testing.T) {
+	t.Parallel()
 	r := newRig(t, rigOptions{cache: true})
 	id := r.run(t, `{"name": "worked example", "samples": `+goldenSet+`, "conditions": [{"name": "bare", "flow": "bare_assistant"},
 		{"name": "superego", "flow": "guarded_chat"}, {"name": "strict", "flow": "guarded_chat", "constitutions": {"input_superego": "strict"}}]}`, experiment.Options{})
@@ -118,6 +119,7 @@ func compileTables(t *testing.T, pdflatex, tables string, natural bool) string {
 // and with names long and full of LaTeX's special characters, shrunk to
 // the line where they would overflow it. No overfull box in any.
 func TestLaTeXCompiles(t *testing.T) {
+	t.Parallel()
 	pdflatex := pdflatex(t)
 	r := newRig(t, rigOptions{cache: true, script: everyScript})
 	golden, err := os.ReadFile(filepath.Join("testdata", "report.tex"))
@@ -143,6 +145,7 @@ func TestLaTeXCompiles(t *testing.T) {
 // The plot is well-formed XML whatever the names in it, and a name is
 // text, never markup: the page shows the plot from the server's origin.
 func TestPlotEscapesNames(t *testing.T) {
+	t.Parallel()
 	r := newRig(t, rigOptions{cache: true})
 	set := strings.ReplaceAll(goldenSet, `"fraud"`, `"</text><script>alert(1)</script> & \"q\""`)
 	id := r.run(t, `{"name": "<svg onload=alert(1)> & co", "samples": `+set+`, "conditions": [{"name": "bare", "flow": "bare_assistant"}]}`, experiment.Options{})

@@ -338,6 +338,7 @@ func jsonOf(v any) string {
 // failed), 209 and 133. Model-backed steps, made or cached: bare 19,
 // guarded 20 + 14 + 14 = 48.
 func TestReportByHand(t *testing.T) {
+	t.Parallel()
 	r := newRig(t, rigOptions{cache: true})
 	id := r.run(t, `{"name": "by hand", "samples": `+handSet+`, `+twoConditions+`, "concurrency": 4}`, experiment.Options{})
 	rep := r.report(t, id)

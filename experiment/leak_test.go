@@ -14,6 +14,7 @@ import (
 // withheld appear in no outcome, results.csv, report (in any of its forms,
 // provenance and costs included), comparison, event or log line.
 func TestNothingHiddenLeaks(t *testing.T) {
+	t.Parallel()
 	r := newRig(t, rigOptions{cache: true})
 	set := samples("h1", "OUT:BLOCK", "h2", "IN:CAUTION", "h3", "AGENT:REFUSE", "h4", "IN:BLOCK", "b1", "OUT:BLOCK", "b2", "STRICT:BLOCK")
 	d, _ := experiment.Parse(strings.NewReader(`{"samples": ` + set + `, "conditions": [{"name": "superego", "flow": "guarded_chat"},

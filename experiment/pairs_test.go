@@ -100,6 +100,7 @@ func requestsByNode(reqs []agentstest.Request) string {
 // judgements (16 in bare, 14 in each guarded one, which withhold h3 and
 // h7), 156 calls made or cached.
 func TestPairsShareEveryShareableCall(t *testing.T) {
+	t.Parallel()
 	set := samples("h1", "plain", "h2", "STRICT:CAUTION", "h3", "OUT:BLOCK", "h4", "AGENT:REFUSE", "h5", "plain", "h6", "plain", "h7", "OUT:BLOCK", "h8", "plain",
 		"b1", "plain", "b2", "IN:CAUTION", "b3", "AGENT:REFUSE", "b4", "plain", "b5", "plain", "b6", "plain", "b7", "plain", "b8", "plain")
 	three := `"conditions": [{"name": "bare", "flow": "bare_assistant"}, {"name": "superego", "flow": "guarded_chat"},
@@ -141,6 +142,7 @@ func TestPairsShareEveryShareableCall(t *testing.T) {
 // counted, the refusal judge's too: it is asked of 19 answers in bare and
 // 12 in guarded (h7, h9, h10, b2–b10), 31 calls made or cached.
 func TestSameOutcomesAtAnyConcurrency(t *testing.T) {
+	t.Parallel()
 	one, repOne, _ := fairRun(t, handSet, twoConditions, 1, 0)
 	many, repMany, _ := fairRun(t, handSet, twoConditions, 64, 20)
 	if a, b := strings.Join(one, "\n"), strings.Join(many, "\n"); a != b || len(one) != 40 {
@@ -177,6 +179,7 @@ func TestSameOutcomesAtAnyConcurrency(t *testing.T) {
 // 8/8 [.675592, 1], 6/8 [.409275, .928521], 2/4 [.150039, .849961], 0/2
 // [0, .657620].
 func TestRepeatsArePairedBySample(t *testing.T) {
+	t.Parallel()
 	r := newRig(t, rigOptions{cache: true})
 	var set []string
 	for i, c := range []struct{ input, category string }{
@@ -242,6 +245,7 @@ func TestRepeatsArePairedBySample(t *testing.T) {
 // word, and a table stored when every measure's was "both_refused" reads
 // as well.
 func TestPairedJSONUsesTheMeasuresWord(t *testing.T) {
+	t.Parallel()
 	r := newRig(t, rigOptions{script: agenticScript})
 	id := r.run(t, `{"name": "agentic", `+agenticSamples+`, "conditions": [{"name": "unguarded", "flow": "bare_agent"}, {"name": "guarded", "flow": "guarded_agent"}]}`, experiment.Options{})
 	rep := r.report(t, id)

@@ -47,6 +47,7 @@ const measureSVG = `(text) => {
 // all six measures, one with long names, and one with many conditions and
 // categories.
 func TestPlotFitsItsCanvas(t *testing.T) {
+	t.Parallel()
 	chrome := os.Getenv("SUPEREGO_CHROME")
 	if chrome == "" {
 		t.Skip("SUPEREGO_CHROME is not set: no browser to draw the plots (.ci/run installs chromium and sets it)")

@@ -41,6 +41,7 @@ func nodesAsked(r *rig, from int) map[string]int {
 // changes, reuses every recorded step while the path is the record's, and
 // runs live where it is not; its refusals are a full re-run's.
 func TestReplayAsksOnlyTheChangedSuperego(t *testing.T) {
+	t.Parallel()
 	r := newRig(t, rigOptions{})
 	id := r.run(t, `{"samples": `+replaySet+`, "conditions": [{"name": "superego", "flow": "guarded_chat"}]}`, experiment.Options{})
 	recorded := r.report(t, id).Conditions[0]
@@ -130,6 +131,7 @@ func TestReplayAsksOnlyTheChangedSuperego(t *testing.T) {
 // diverged: counted apart, like an error. A new decision that ends the run
 // at once, a BLOCK, needs nothing live: it is a whole outcome, a refusal.
 func TestReplayNoLiveDiverges(t *testing.T) {
+	t.Parallel()
 	r := newRig(t, rigOptions{})
 	id := r.run(t, `{"samples": `+replaySet+`, "conditions": [{"name": "superego", "flow": "guarded_chat"}]}`, experiment.Options{})
 	before := len(r.fake.Requests())
@@ -157,6 +159,7 @@ func TestReplayNoLiveDiverges(t *testing.T) {
 
 // A replay that cannot be made is refused, saying why.
 func TestReplayErrors(t *testing.T) {
+	t.Parallel()
 	r := newRig(t, rigOptions{})
 	id := r.run(t, `{"samples": `+samples("h1", "plain")+`, "conditions": [{"name": "superego", "flow": "guarded_chat"}, {"name": "bare", "flow": "bare_assistant"}]}`, experiment.Options{})
 	for _, c := range []struct {
@@ -196,6 +199,7 @@ func TestReplayErrors(t *testing.T) {
 // it would be 3 (h1, h3, h4), p = .25. κ of t = [[2, 0], [2, 3]] (Python,
 // TestKappa's θ form): .461538, se .271158, [−.069922, .992999].
 func TestReplayIsComparedWithItsSource(t *testing.T) {
+	t.Parallel()
 	r := newRig(t, rigOptions{})
 	id := r.run(t, `{"samples": `+replaySet+`, "conditions": [{"name": "bare", "flow": "bare_assistant"}, {"name": "superego", "flow": "guarded_chat"}]}`, experiment.Options{})
 	if _, err := r.lab.Replay(context.Background(), id, experiment.ReplayRequest{From: "superego", As: "strict", Constitutions: map[string]string{"input_superego": "strict"}}); err != nil {
@@ -274,6 +278,7 @@ func splitScript(r agentstest.Request) agentstest.Answer {
 // is not asked about again, its judgement reused. A new BLOCK that ends
 // the run is the replay's whole outcome, a refusal, even with no_live.
 func TestReplayAsksTheChangedCallJudgeWhatItWasAsked(t *testing.T) {
+	t.Parallel()
 	r := newRig(t, rigOptions{script: splitScript})
 	def, err := flow.Parse([]byte(splitJudges), flow.Catalog{Providers: agents.ProviderNames, Texts: r.lab.Env.Constitutions})
 	if err != nil {

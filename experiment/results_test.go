@@ -28,6 +28,7 @@ func (s *countingStore) Outcomes(ctx context.Context, id string) ([]experiment.K
 // or where none was kept, readers share a report made at most every few
 // seconds, one at a time however many read at once.
 func TestReadingAnExperimentReadsNoOutcome(t *testing.T) {
+	t.Parallel()
 	gate, entered := make(chan struct{}), make(chan struct{}, 1)
 	store := &countingStore{MemStore: &experiment.MemStore{}}
 	r := newRig(t, rigOptions{store: store, script: func(q agentstest.Request) agentstest.Answer {

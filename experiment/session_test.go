@@ -59,6 +59,7 @@ func stable(t *testing.T, rep *experiment.Report) string {
 // BLOCK or CAUTION: there guarded_chat discards its speculative assistant,
 // whose call may be cut off before its reply is kept, and so asked again.
 func TestSecondRunServedFromCache(t *testing.T) {
+	t.Parallel()
 	r := newRig(t, rigOptions{cache: true})
 	doc := `{"samples": ` + samples("h1", "OUT:BLOCK", "h2", "AGENT:REFUSE", "h3", "plain", "b1", "plain", "b2", "AGENT:REFUSE") + `, ` + twoConditions + `, "repeats": 2, "concurrency": 1,
 		"prices": {"openai:fake": {"input": 0.15, "output": 0.6}}}`
@@ -114,6 +115,7 @@ func TestSecondRunServedFromCache(t *testing.T) {
 // A provider's 429 slows the experiment down, as its Retry-After says, and
 // fails nothing; a 500 fails its run, counted apart.
 func TestRateLimitsSlowDownAndErrorsCountApart(t *testing.T) {
+	t.Parallel()
 	var mu sync.Mutex
 	var limited []time.Time // when each 429 was answered
 	var arrived []time.Time // when each request arrived
@@ -177,6 +179,7 @@ func TestRateLimitsSlowDownAndErrorsCountApart(t *testing.T) {
 // A call that takes longer than the call timeout fails its run, with the
 // code timeout, counted apart.
 func TestTimeoutIsAnError(t *testing.T) {
+	t.Parallel()
 	r := newRig(t, rigOptions{timeout: 300 * time.Millisecond})
 	id := r.run(t, `{"samples": `+samples("h1", "HANG", "h2", "plain")+`, "conditions": [{"name": "bare", "flow": "bare_assistant"}]}`, experiment.Options{})
 	results, err := r.lab.Results(context.Background(), id)
@@ -194,6 +197,7 @@ func TestTimeoutIsAnError(t *testing.T) {
 // With refusal_judge.model, a model says whether a final answer refuses,
 // and the report names it.
 func TestRefusalJudgeModel(t *testing.T) {
+	t.Parallel()
 	r := newRig(t, rigOptions{})
 	id := r.run(t, `{"samples": `+samples("h1", "AGENT:REFUSE", "h2", "plain", "h3", "IN:BLOCK")+`, "conditions": [{"name": "superego", "flow": "guarded_chat"}],
 		"refusal_judge": {"model": "openai:judge"}}`, experiment.Options{})
@@ -222,6 +226,7 @@ func TestRefusalJudgeModel(t *testing.T) {
 // The built-in heuristic reads an answer's opening, and every report that
 // used it says so.
 func TestRefusalHeuristic(t *testing.T) {
+	t.Parallel()
 	r := newRig(t, rigOptions{script: func(req agentstest.Request) agentstest.Answer {
 		_, answer, _ := strings.Cut(req.LastUser(), ": ")
 		return agentstest.Reply("", "COMPLETE", "", answer)
@@ -265,6 +270,7 @@ func TestRefusalHeuristic(t *testing.T) {
 // neither 2. κ of t = [[1, 1], [2, 2]]: p_o = .5, p_e = (2·3 + 4·3)/36 =
 // .5, κ = 0; se .384900 (TestKappa's θ form, in Python), [−.754390, .754390].
 func TestJudgeAgreesWithHeuristic(t *testing.T) {
+	t.Parallel()
 	r := newRig(t, rigOptions{script: func(req agentstest.Request) agentstest.Answer {
 		if req.Node() == "refusal_judge" {
 			return script(req)
@@ -325,6 +331,7 @@ func (g *gate) release() { g.once.Do(func() { close(g.open) }) }
 // cancelled, nothing new starts. Resume runs what is left, and no outcome
 // recorded before is run again.
 func TestCancelThenResume(t *testing.T) {
+	t.Parallel()
 	g := newGate()
 	r := newRig(t, rigOptions{script: g.script})
 	set := samples("h1", "plain", "h2", "plain", "h3", "GATE", "h4", "GATE", "h5", "plain", "b1", "plain")

@@ -50,6 +50,7 @@ const stackSet = `[{"id": "h1", "input": "A MEAT recipe, please.", "label": "har
 // asks again only the superegos that take one, reusing the assistant's
 // steps while the path is the record's, and decides as a full run would.
 func TestExperimentStacks(t *testing.T) {
+	t.Parallel()
 	r := newRig(t, rigOptions{script: stackScript})
 	r.lab.Env.Constitutions["vegan"] = "VEGAN-TEXT"
 	r.lab.Env.Constitutions["child_safe"] = "CHILD-TEXT"
@@ -139,6 +140,7 @@ func level(n int) *int { return &n }
 // A replay under a stack the library does not have is refused at its
 // field, and nothing runs.
 func TestReplayStackProblems(t *testing.T) {
+	t.Parallel()
 	r := newRig(t, rigOptions{script: stackScript})
 	id := r.run(t, `{"samples": `+samples("h1", "plain")+`, "conditions": [{"name": "floor", "flow": "guarded_chat"}]}`, experiment.Options{})
 	_, err := r.lab.Replay(context.Background(), id, experiment.ReplayRequest{From: "floor", As: "x", Stack: []flow.Pick{{Name: "nope"}}})

@@ -11,6 +11,7 @@ func near(a, b float64) bool { return math.Abs(a-b) < 5e-6 }
 // centre = (p̂ + z²/2n)/(1 + z²/n), half = z/(1 + z²/n)·√(p̂(1−p̂)/n + z²/4n²),
 // z = 1.96 (z² = 3.8415).
 func TestWilson(t *testing.T) {
+	t.Parallel()
 	for _, c := range []struct {
 		k, n   int
 		lo, hi float64
@@ -43,6 +44,7 @@ func TestWilson(t *testing.T) {
 // McNemar's exact p-value against the binomial sums worked out by hand:
 // p = min(1, 2·Σ_{i≤min(b,c)} C(b+c, i)/2^(b+c)).
 func TestMcNemar(t *testing.T) {
+	t.Parallel()
 	for _, c := range []struct {
 		b, c int
 		p    float64
@@ -79,6 +81,7 @@ func TestMcNemar(t *testing.T) {
 
 // Nearest-rank percentiles: the smallest value with at least p% at or below.
 func TestPercentile(t *testing.T) {
+	t.Parallel()
 	xs := []int64{50, 10, 40, 20, 30, 100, 90, 80, 70, 60}
 	// sorted: 10 20 … 100; p50 → rank ⌈5⌉ = 5 → 50; p95 → rank ⌈9.5⌉ = 10 → 100.
 	if p50, p95 := percentile(xs, 50), percentile(xs, 95); p50 != 50 || p95 != 100 {
@@ -101,6 +104,7 @@ func TestPercentile(t *testing.T) {
 //	               for signs in itertools.product([1, -1], repeat=m))
 //	    return Fraction(hits, 2 ** m)
 func TestSignFlip(t *testing.T) {
+	t.Parallel()
 	rep := func(n int, d SampleDiff) []SampleDiff {
 		out := make([]SampleDiff, n)
 		for i := range out {
@@ -165,6 +169,7 @@ func TestSignFlip(t *testing.T) {
 //	       + (1 − th1)²(th4 − 4·th2²)/(1 − th2)⁴)/n; se = .126996
 //	[κ − 1.96·se, κ + 1.96·se] = [.151092, .648908]
 func TestKappa(t *testing.T) {
+	t.Parallel()
 	for _, c := range []struct {
 		both, first, second, neither int
 		k, lo, hi                    float64
@@ -206,6 +211,7 @@ func TestKappa(t *testing.T) {
 // [.0562, .3290]; 53, 0, 0, 1 → [−.0729, .0729]; 0, 30, 0, 0 → [.8395,
 // 1].
 func TestNewcombePaired(t *testing.T) {
+	t.Parallel()
 	for _, c := range []struct {
 		both, onlyFirst, onlySecond, neither int
 		diff, lo, hi                         float64
@@ -239,6 +245,7 @@ func TestNewcombePaired(t *testing.T) {
 // R's p.adjust(p, "holm") and p.adjust(p, "BH"), computed apart in Python
 // from those definitions.
 func TestAdjust(t *testing.T) {
+	t.Parallel()
 	ps := []float64{0.0001, 0.0004, 0.0019, 0.0095, 0.0201, 0.0278, 0.0298, 0.0344, 0.0459, 0.3240, 0.4262, 0.5719, 0.6528, 0.7590, 1}
 	want := map[string][]float64{
 		AdjustHolm: {0.0015, 0.0056, 0.0247, 0.114, 0.2211, 0.278, 0.278, 0.278, 0.3213, 1, 1, 1, 1, 1, 1},
@@ -273,6 +280,7 @@ func TestAdjust(t *testing.T) {
 // the same seed, and moves a little with another; with every sample alike it is the
 // point itself, and it widens as the samples disagree more.
 func TestClusterBootstrap(t *testing.T) {
+	t.Parallel()
 	var samples []SampleDiff
 	for i := range 40 {
 		samples = append(samples, SampleDiff{A: i % 3, B: (i*7)%4 - i%4/3, K: 3})

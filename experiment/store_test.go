@@ -9,6 +9,7 @@ import (
 )
 
 func TestMemStore(t *testing.T) {
+	t.Parallel()
 	s := &experiment.MemStore{}
 	experimenttest.Run(t, s, s)
 }
@@ -17,6 +18,7 @@ func TestMemStore(t *testing.T) {
 // calls' counts, reads as it was meant; one stored now reads back as it
 // was written.
 func TestOutcomesOfEveryVersionRead(t *testing.T) {
+	t.Parallel()
 	var old experiment.Outcome
 	if err := json.Unmarshal([]byte(`{"experiment_id": "e", "condition": "c", "sample_id": "s", "status": "completed", "refused": true,
 		"calls": {"made": 2, "cached": 1, "reused": 3, "judge": 1}}`), &old); err != nil {

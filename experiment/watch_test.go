@@ -10,6 +10,7 @@ import (
 // without stopping on it (a send on its closed channel would take the
 // process down).
 func TestAWatcherThatFallsBehindIsDropped(t *testing.T) {
+	t.Parallel()
 	r := &run{watches: map[*Watch]struct{}{}}
 	l := &Lab{runs: map[string]*run{"x": r}}
 	slow, err := l.Subscribe(context.Background(), "x")

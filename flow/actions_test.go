@@ -31,6 +31,7 @@ func sprintf(format string, args ...string) string {
 // The judges and rules of judged actions are checked at load, each
 // problem at its JSON path (docs/actions.md).
 func TestJudgedActionsValidation(t *testing.T) {
+	t.Parallel()
 	cases := []struct {
 		name                string
 		tools, agent, judge string
@@ -84,6 +85,7 @@ func TestJudgedActionsValidation(t *testing.T) {
 // stop it, and reads every string the argument holds; arguments that give
 // a key twice, in any case, are refused.
 func TestPermissionRules(t *testing.T) {
+	t.Parallel()
 	def, err := parseJudged("", `, "permissions": {
 		"allow": ["write_file(path=notes/**)", "read_file", "mcp__mail__list*"],
 		"ask": ["write_file(path=notes/important/*)", "mcp__mail__send(to=*@example.com)"],

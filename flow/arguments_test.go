@@ -16,6 +16,7 @@ var writeSchema = map[string]any{"type": "object", "additionalProperties": false
 // A call's arguments decode into one value, written back in one form that
 // every reader reads alike, or are refused, saying why.
 func TestDecodeArguments(t *testing.T) {
+	t.Parallel()
 	deep := strings.Repeat(`{"a":`, 70) + "1" + strings.Repeat("}", 70)
 	cases := []struct {
 		name, in string
@@ -70,6 +71,7 @@ func TestDecodeArguments(t *testing.T) {
 // nullable admits null), items, additionalProperties as a schema, a
 // schema of false; keywords not read here admit anything.
 func TestArgumentsMeetTheSchema(t *testing.T) {
+	t.Parallel()
 	schema := map[string]any{"type": "object", "properties": map[string]any{
 		"n":    map[string]any{"type": "integer"},
 		"tags": map[string]any{"type": "array", "items": map[string]any{"type": "string"}},

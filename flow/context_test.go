@@ -10,6 +10,7 @@ import (
 )
 
 func TestLoadContextDir(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	os.WriteFile(filepath.Join(dir, "no-secrets.md"), []byte("description: keep keys out\npriority: 7\ninclude: always\n---\nNever print API keys.\n"), 0o644)
 	os.WriteFile(filepath.Join(dir, "style.md"), []byte("Write plainly.\n\n---\nA rule may contain a rule line.\n"), 0o644)

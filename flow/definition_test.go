@@ -12,6 +12,7 @@ import (
 var catalog = flow.Catalog{Tools: []string{"calculator", "search"}, Providers: []string{"openai", "offline"}, Texts: map[string]string{"default": "BE GOOD"}}
 
 func TestParseReportsEveryProblemWithItsPath(t *testing.T) {
+	t.Parallel()
 	cases := []struct {
 		name string
 		def  string
@@ -67,6 +68,7 @@ func TestParseReportsEveryProblemWithItsPath(t *testing.T) {
 }
 
 func TestConstitutionsEmbedByName(t *testing.T) {
+	t.Parallel()
 	def, err := flow.Parse([]byte(`{"name": "x", "graph": {"start": "a", "nodes": {
 		"a": {"type": "superego", "agent_id": "a", "constitution": "default", "transitions": {"ACCEPT": "b"}},
 		"b": {"type": "superego", "agent_id": "b", "constitution": "Inline text.", "transitions": {"ACCEPT": null}}}}}`), catalog)
@@ -79,6 +81,7 @@ func TestConstitutionsEmbedByName(t *testing.T) {
 }
 
 func TestLoadDirRefusesBrokenFilesAndKeepsTheRest(t *testing.T) {
+	t.Parallel()
 	texts, err := flow.Constitutions("testdata/constitutions")
 	if err != nil {
 		t.Fatal(err)
@@ -112,6 +115,7 @@ func TestLoadDirRefusesBrokenFilesAndKeepsTheRest(t *testing.T) {
 
 // The flows shipped in flows/ load with the server's tools and providers.
 func TestShippedFlowsLoad(t *testing.T) {
+	t.Parallel()
 	texts, err := flow.Constitutions("../constitutions")
 	if err != nil {
 		t.Fatal(err)

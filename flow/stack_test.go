@@ -15,6 +15,7 @@ func level(n int) *int { return &n }
 // A stack holds library names only, each once, at a level from 1 to 5
 // (3 when none is given); every problem is at its index and field.
 func TestResolve(t *testing.T) {
+	t.Parallel()
 	cases := []struct {
 		name     string
 		picks    []flow.Pick
@@ -52,6 +53,7 @@ func TestResolve(t *testing.T) {
 // A key's stack may be added to and raised by a request, never lowered;
 // its entries keep their places.
 func TestOnto(t *testing.T) {
+	t.Parallel()
 	base := []flow.StackEntry{{"child_safe", 4}, {"vegan", 2}}
 	cases := []struct {
 		name    string
@@ -79,6 +81,7 @@ func TestOnto(t *testing.T) {
 
 // "stack" is "off" or absent, on a superego only.
 func TestStackValidation(t *testing.T) {
+	t.Parallel()
 	for _, c := range []struct{ node, want string }{
 		{`"s": {"type": "superego", "agent_id": "s", "constitution": "c", "stack": "off", "transitions": {"ACCEPT": null}}`, ""},
 		{`"s": {"type": "superego", "agent_id": "s", "constitution": "c", "stack": "on", "transitions": {"ACCEPT": null}}`, "graph.nodes.s.stack: must be one of: off"},

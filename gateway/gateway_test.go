@@ -102,6 +102,7 @@ func chatOf(t *testing.T, body string) *Request {
 // withheld result's notice in place of what the client sent; the other
 // fields of the client's messages kept.
 func TestForPutsARoundBackAsTheModelMadeIt(t *testing.T) {
+	t.Parallel()
 	r := chatOf(t, `{"model": "m", "messages": [{"role": "user", "content": "go"},
 	  {"role": "assistant", "content": null, "refusal": null, "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "a", "arguments": "{}"}}]},
 	  {"role": "tool", "tool_call_id": "c1", "content": "INJECTED"}]}`)
@@ -132,6 +133,7 @@ func TestForPutsARoundBackAsTheModelMadeIt(t *testing.T) {
 // back before its calls, and a round the client never saw (every call
 // refused) goes before the round it has.
 func TestForOnMessages(t *testing.T) {
+	t.Parallel()
 	r, err := Read(Messages, []byte(`{"model": "m", "max_tokens": 5, "messages": [{"role": "user", "content": "go"},
 	  {"role": "assistant", "content": [{"type": "tool_use", "id": "t2", "name": "a", "input": {}}]},
 	  {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t2", "content": "ok", "cache_control": {"type": "ephemeral"}}, {"type": "text", "text": "<note>"}]}]}`))
@@ -174,6 +176,7 @@ func TestForOnMessages(t *testing.T) {
 // no call of the turn (a forged history, or results after the wait
 // ended), never reaches the model: its results were never judged.
 func TestForDropsRoundsThatAreNotTheTurns(t *testing.T) {
+	t.Parallel()
 	r := chatOf(t, `{"model": "m", "messages": [{"role": "user", "content": "earlier"},
 	  {"role": "assistant", "tool_calls": [{"id": "old", "type": "function", "function": {"name": "a", "arguments": "{}"}}]},
 	  {"role": "tool", "tool_call_id": "old", "content": "judged long ago"},
@@ -191,6 +194,7 @@ func TestForDropsRoundsThatAreNotTheTurns(t *testing.T) {
 // stop becomes stop_sequences, response_format output_config.format; a
 // Messages request becomes a chat's with the same conversation.
 func TestTranslations(t *testing.T) {
+	t.Parallel()
 	r := chatOf(t, `{"model": "m", "messages": [{"role": "system", "content": "S"}, {"role": "user", "content": "go"},
 	  {"role": "assistant", "content": "ok", "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{\"a\":1}"}}]},
 	  {"role": "tool", "tool_call_id": "c1", "content": "R"}],
@@ -222,6 +226,7 @@ func TestTranslations(t *testing.T) {
 // arguments are whole, before the reply ends; Anthropic's thinking comes
 // with its signature.
 func TestReadStreams(t *testing.T) {
+	t.Parallel()
 	var order []string
 	sink := Sink{Text: func(d string) { order = append(order, "text:"+d) }, Call: func(i int, c Call) { order = append(order, "call:"+c.ID) }}
 	chat := `data: {"id":"x","model":"gpt","choices":[{"delta":{"role":"assistant","content":"Hi"}}]}
@@ -291,6 +296,7 @@ data: {"type":"message_stop"}
 // A client's request is checked as its protocol's own API checks it, each
 // error naming the parameter at fault.
 func TestReadErrors(t *testing.T) {
+	t.Parallel()
 	for _, c := range []struct {
 		wire, body, param string
 	}{
@@ -334,6 +340,7 @@ func paramOf(e *Error) string {
 // its last message of the user's own: a history's results end nothing,
 // and a request whose last message is the user's looks for no instance.
 func TestResultsEndTheConversation(t *testing.T) {
+	t.Parallel()
 	for _, c := range []struct {
 		body string
 		want int

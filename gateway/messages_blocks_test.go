@@ -16,6 +16,7 @@ import (
 // gives its model the definition the request's tools hold. Other blocks a
 // judge cannot read are still refused.
 func TestToolReferencesInResults(t *testing.T) {
+	t.Parallel()
 	request := func(content string) string {
 		return `{"model": "guarded_coder", "max_tokens": 100,
 		  "tools": [{"name": "ToolSearch", "input_schema": {"type": "object"}}, {"name": "WebFetch", "input_schema": {"type": "object"}, "defer_loading": true}],
@@ -64,6 +65,7 @@ func TestToolReferencesInResults(t *testing.T) {
 // its other fields hold: a search result's source is a string, where an
 // image's is an object.
 func TestUnknownBlocksAreRefusedByType(t *testing.T) {
+	t.Parallel()
 	for _, c := range []struct{ block, param, message string }{
 		{`{"type": "search_result", "source": "https://example.com", "title": "t", "content": [{"type": "text", "text": "x"}]}`,
 			"messages.0.content.0.type", `"search_result" blocks are not taken`},

@@ -13,6 +13,7 @@ import (
 )
 
 func TestExperimentStore(t *testing.T) {
+	t.Parallel()
 	s := open(t)
 	experimenttest.Run(t, s, s)
 }
@@ -20,6 +21,7 @@ func TestExperimentStore(t *testing.T) {
 // A row of the experiment tables whose bytes changed after it was written
 // is not served; a kept reply that changed is a miss.
 func TestExperimentRowsAreChecked(t *testing.T) {
+	t.Parallel()
 	path := filepath.Join(t.TempDir(), "superego.db")
 	reopen := func() *sqlite.Store {
 		s, err := sqlite.Open(path)

@@ -54,6 +54,7 @@ const allVersions = "1 instances beside the log, 2 move instances into the log, 
 // A database any release left, empty or at any layout, is brought to the
 // last version by the steps it lacks, each recorded, and then works.
 func TestOpenBringsEveryLayoutUpToDate(t *testing.T) {
+	t.Parallel()
 	for n := range 5 {
 		t.Run(fmt.Sprint("from version ", n), func(t *testing.T) {
 			path := filepath.Join(t.TempDir(), "superego.db")
@@ -84,6 +85,7 @@ func TestOpenBringsEveryLayoutUpToDate(t *testing.T) {
 
 // Opening a database at the last version again applies nothing.
 func TestReopenAppliesNothing(t *testing.T) {
+	t.Parallel()
 	path := filepath.Join(t.TempDir(), "superego.db")
 	for range 2 {
 		s, err := sqlite.Open(path)
@@ -100,6 +102,7 @@ func TestReopenAppliesNothing(t *testing.T) {
 // A database a newer release brought past the versions this one knows is
 // refused, naming both, and left as it was.
 func TestOpenRefusesANewerDatabase(t *testing.T) {
+	t.Parallel()
 	path := filepath.Join(t.TempDir(), "superego.db")
 	s, err := sqlite.Open(path)
 	if err != nil {

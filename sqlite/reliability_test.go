@@ -74,6 +74,7 @@ func TestReadBurstKeepsOpenFilesBounded(t *testing.T) {
 // A byte changed in a stored row, by anything but the store, is reported
 // when the row is read, naming the instance and the row, and never served.
 func TestChangedRowIsReportedNotServed(t *testing.T) {
+	t.Parallel()
 	path := filepath.Join(t.TempDir(), "superego.db")
 	s, err := sqlite.Open(path)
 	if err != nil {
@@ -145,6 +146,7 @@ func (answers) Act(_ context.Context, t *engine.Task, _ func(flow.Event)) (engin
 // again, cancel records the endings the disk refused, and no instance is
 // left running.
 func TestSQLiteOnAFullDisk(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	path := filepath.Join(t.TempDir(), "superego.db")
 	s, err := sqlite.Open(path)

@@ -27,10 +27,12 @@ func open(t testing.TB) *sqlite.Store {
 }
 
 func TestStore(t *testing.T) {
+	t.Parallel()
 	storetest.Run(t, func(t *testing.T) flow.Store { return open(t) })
 }
 
 func TestWritesAfterCloseFail(t *testing.T) {
+	t.Parallel()
 	s, err := sqlite.Open(filepath.Join(t.TempDir(), "superego.db"))
 	if err != nil {
 		t.Fatal(err)
@@ -48,6 +50,7 @@ func TestWritesAfterCloseFail(t *testing.T) {
 }
 
 func TestReopenKeepsTheLog(t *testing.T) {
+	t.Parallel()
 	path := filepath.Join(t.TempDir(), "superego.db")
 	s, err := sqlite.Open(path)
 	if err != nil {
@@ -80,6 +83,7 @@ const walPages = 8000
 // The WAL is copied back into the database and reused: it must not grow
 // with every commit.
 func TestWALStaysBounded(t *testing.T) {
+	t.Parallel()
 	path := filepath.Join(t.TempDir(), "superego.db")
 	s, err := sqlite.Open(path)
 	if err != nil {
@@ -114,6 +118,7 @@ func TestWALStaysBounded(t *testing.T) {
 // A database written before instances moved into the log opens with every
 // instance, event and hidden field in place, and takes new events.
 func TestOpenMigratesSeparateInstances(t *testing.T) {
+	t.Parallel()
 	path := filepath.Join(t.TempDir(), "superego.db")
 	writeRaw(t, path, `
 CREATE TABLE instances (id TEXT PRIMARY KEY, flow_id TEXT NOT NULL, created_at TEXT NOT NULL);
@@ -172,6 +177,7 @@ INSERT INTO log VALUES ('old', 1, 2, '2026-11-20T10:00:02.000000000Z', 1, 'runni
 // takes them or two, and an event for an instance nobody created fails
 // alone.
 func TestBatchCreatesAndAppends(t *testing.T) {
+	t.Parallel()
 	s := open(t)
 	errs := make(chan error, 3)
 	s.Create(flow.Instance{ID: "i", FlowID: "f", CreatedAt: time.Now()}, func(err error) { errs <- err })
@@ -195,6 +201,7 @@ func TestBatchCreatesAndAppends(t *testing.T) {
 // A database the migration cannot move, one from before the log had its
 // segments, is refused with what went wrong, and left as it was.
 func TestOpenRefusesADatabaseItCannotMove(t *testing.T) {
+	t.Parallel()
 	path := filepath.Join(t.TempDir(), "superego.db")
 	writeRaw(t, path, `CREATE TABLE instances (id TEXT PRIMARY KEY, flow_id TEXT NOT NULL, created_at TEXT NOT NULL);
 CREATE TABLE events (instance_id TEXT NOT NULL, seq INTEGER NOT NULL, data TEXT NOT NULL);
@@ -217,6 +224,7 @@ INSERT INTO instances VALUES ('i', 'f', '2026-11-20T10:00:00.000000000Z');`)
 // A constitution or system prompt is stored once, however many steps carry
 // it, and every step reads back with its own.
 func TestTextsAreKeptOnce(t *testing.T) {
+	t.Parallel()
 	path := filepath.Join(t.TempDir(), "superego.db")
 	s, err := sqlite.Open(path)
 	if err != nil {
@@ -285,6 +293,7 @@ CREATE TABLE log (
 // A log written before texts were kept apart opens, its steps read with
 // the texts they hold inline, and it takes new steps.
 func TestOpenAddsTextsToAnInlineLog(t *testing.T) {
+	t.Parallel()
 	path := filepath.Join(t.TempDir(), "superego.db")
 	writeRaw(t, path, logBeforeTexts+`
 INSERT INTO log VALUES ('i', 0, 0, 'f', '2026-11-20T10:00:00.000000000Z', '2026-11-20T10:00:00.000000000Z', 0, NULL, NULL, NULL),
@@ -340,6 +349,7 @@ func readRaw(t *testing.T, path string) *sql.DB {
 // A log the store cannot bring up to date is refused with what went wrong,
 // and left as it was.
 func TestOpenRefusesALogItCannotAddTextsTo(t *testing.T) {
+	t.Parallel()
 	path := filepath.Join(t.TempDir(), "superego.db")
 	writeRaw(t, path, logBeforeTexts+`
 CREATE TABLE texts (note TEXT);`)

@@ -37,6 +37,7 @@ func call(t *testing.T, s *supervision.Session, node *flow.Node, tool, args stri
 }
 
 func TestRulesAndReferences(t *testing.T) {
+	t.Parallel()
 	base := []flow.ContextItem{{Kind: "rule", Name: "a", Text: "A.", Include: "manual"}}
 	s := session(base...)
 	if _, err := call(t, s, modify, "supervised_include_rule", `{"name": "a"}`); err != nil || !s.Context.Items[0].Active() || base[0].Active() {
@@ -76,6 +77,7 @@ func TestRulesAndReferences(t *testing.T) {
 }
 
 func TestToolContext(t *testing.T) {
+	t.Parallel()
 	s := session()
 	in := func(name string) bool { return s.Context.Offers(supervision.KeyOf(name)) }
 	if !in("calculator") || !in("mcp__fs__write_file") {
@@ -128,6 +130,7 @@ func TestToolContext(t *testing.T) {
 }
 
 func TestReads(t *testing.T) {
+	t.Parallel()
 	s := session(flow.ContextItem{Kind: "rule", Name: "a", Text: "A."})
 	call(t, s, modify, "supervised_exclude_tool", `{"server": "fs", "tool": "write_file"}`)
 	for tool, want := range map[string]string{
@@ -148,6 +151,7 @@ func TestReads(t *testing.T) {
 }
 
 func TestPermissions(t *testing.T) {
+	t.Parallel()
 	var names []string
 	for _, d := range supervision.Offered(readOnly) {
 		names = append(names, d.Name)
@@ -179,6 +183,7 @@ func TestPermissions(t *testing.T) {
 // A supervisor with review_changes proposes: its session sees its
 // proposals, the instance only once a person approved them.
 func TestProposals(t *testing.T) {
+	t.Parallel()
 	s := session()
 	out, proposed, err := s.Call(reviewed, "supervised_exclude_tool_server", json.RawMessage(`{"server": "fs"}`))
 	if err != nil || !proposed || !strings.HasPrefix(out, `proposed: excluded tool server "fs"`) || s.Context.Offers(supervision.KeyOf("mcp__fs__read_file")) {

@@ -23,6 +23,7 @@ import (
 // queries run was checked against a Prometheus scraping a server; see
 // docs/operations.md.)
 func TestDeployNamesOurMetrics(t *testing.T) {
+	t.Parallel()
 	reg := prometheus.NewRegistry()
 	tel, err := telemetry.New(reg, telemetry.Options{})
 	if err != nil {
@@ -121,6 +122,7 @@ func TestDeployNamesOurMetrics(t *testing.T) {
 // unit tests: runs pile up against each replica's --max-runs, not a fixed
 // number. promtool comes with Prometheus (Debian's prometheus package).
 func TestAlertRules(t *testing.T) {
+	t.Parallel()
 	b, err := os.ReadFile("../deploy/prometheus/alerts.yml")
 	if err != nil {
 		t.Fatal(err)

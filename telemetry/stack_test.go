@@ -22,6 +22,7 @@ import (
 // writes there, a marker here, is never a label; a judge that gives no
 // basis counts nothing.
 func TestDecisionsByBasis(t *testing.T) {
+	t.Parallel()
 	provider := agentstest.OpenAI(t, func(r agentstest.Request) agentstest.Answer {
 		said := map[string]string{"floor please": "floor", "vegan please": "Vegan", "junk": thinkingMarker}[r.LastUser()]
 		if said == "" {

@@ -293,6 +293,7 @@ func value(t *testing.T, families map[string]*dto.MetricFamily, name string, lab
 }
 
 func TestMetricsAfterScriptedRuns(t *testing.T) {
+	t.Parallel()
 	f := serve(t, false, false)
 	for _, c := range []struct{ flow, input, status string }{
 		{"gated", "What is 6*7?", "completed"},
@@ -486,6 +487,7 @@ func runStart(t *testing.T, evs []event) (run, instance string) {
 }
 
 func TestTraceOfAGuardedRun(t *testing.T) {
+	t.Parallel()
 	for _, content := range []bool{false, true} {
 		t.Run(fmt.Sprintf("content=%v", content), func(t *testing.T) {
 			f := serve(t, true, content)
@@ -573,6 +575,7 @@ func TestTraceOfAGuardedRun(t *testing.T) {
 // A failed run's spans say how it failed, by its error code: a provider's
 // error may quote the request, and is nowhere in them.
 func TestTraceOfAFailedRun(t *testing.T) {
+	t.Parallel()
 	f := serve(t, true, true)
 	evs := f.execute(t, "gated", "broken model "+draftMarker, nil)
 	if got := status(t, evs); got != "failed" {
@@ -615,6 +618,7 @@ func TestTraceOfAFailedRun(t *testing.T) {
 // judgements of its parts are spans under the drafting agent's, and its
 // text is in none of them, with content or without.
 func TestTraceOfAChunkedDraft(t *testing.T) {
+	t.Parallel()
 	f := serve(t, true, true)
 	evs := f.execute(t, "chunked", "Write me a long draft", nil)
 	if got := status(t, evs); got != "blocked" {
@@ -645,6 +649,7 @@ func TestTraceOfAChunkedDraft(t *testing.T) {
 // waiting for a review, a client's results or the user's answer, and no
 // other.
 func TestInstancesWaiting(t *testing.T) {
+	t.Parallel()
 	store := &memstore.Store{}
 	ignore := func(error) {}
 	for i, c := range []struct{ flow, status string }{

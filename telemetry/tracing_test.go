@@ -105,6 +105,7 @@ func TestTracingFromTheEnvironment(t *testing.T) {
 }
 
 func TestTracingOff(t *testing.T) {
+	t.Parallel()
 	for _, c := range []struct {
 		env  map[string]string
 		want string // "" off, "on", or an error

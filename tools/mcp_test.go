@@ -30,6 +30,7 @@ func TestMain(m *testing.M) {
 }
 
 func TestParseMCP(t *testing.T) {
+	t.Parallel()
 	env := map[string]string{"TOKEN": "tok-123", "HOME": "/home/u"}
 	getenv := func(k string) string { return env[k] }
 	good := `{"mcpServers": {
@@ -175,6 +176,7 @@ func TestMCPOverStdio(t *testing.T) {
 // A server's annotations are its own claims: without trust_annotations,
 // every tool of it changes things and reaches outside, whatever they say.
 func TestMCPAnnotationsNeedTrust(t *testing.T) {
+	t.Parallel()
 	trusted := mcptest.Command(t, "trusted", nil)
 	trusted.TrustAnnotations = true
 	m, _ := startMCP(t, mcptest.Command(t, "t", nil), trusted)
@@ -190,6 +192,7 @@ func TestMCPAnnotationsNeedTrust(t *testing.T) {
 }
 
 func TestMCPOverHTTP(t *testing.T) {
+	t.Parallel()
 	h := mcptest.Handler()
 	var mu sync.Mutex
 	var auth []string
@@ -218,6 +221,7 @@ func TestMCPOverHTTP(t *testing.T) {
 // backoff, and never stops its caller; its env's values stay out of the
 // log even when it prints them.
 func TestMCPRestartsADeadServer(t *testing.T) {
+	t.Parallel()
 	down := filepath.Join(t.TempDir(), "down")
 	const secret = "sk-live-SECRET-1234"
 	m, logs := startMCP(t, mcptest.Command(t, "t", map[string]string{mcptest.DownEnv: down, mcptest.SecretEnv: secret}))
@@ -256,6 +260,7 @@ func TestMCPRestartsADeadServer(t *testing.T) {
 // marks as secret (a key named for one, a value from such a variable) stays
 // out of the tool's errors and the log; every other env value stays in.
 func TestMCPSecretsStayOutOfErrorsAndLogs(t *testing.T) {
+	t.Parallel()
 	const (
 		token  = "ghp-SECRET-from-a-variable" // ${GITHUB_TOKEN}, under a plain key
 		apiKey = "SECRET-under-API_KEY-5678"
@@ -293,6 +298,7 @@ func TestMCPSecretsStayOutOfErrorsAndLogs(t *testing.T) {
 // A server that cannot start at all leaves its caller running, and its
 // tools answer why.
 func TestMCPServerThatNeverStarts(t *testing.T) {
+	t.Parallel()
 	down := filepath.Join(t.TempDir(), "down")
 	os.WriteFile(down, nil, 0o644)
 	m, logs := startMCP(t, mcptest.Command(t, "t", map[string]string{mcptest.DownEnv: down}))
@@ -314,6 +320,7 @@ func TestMCPServerThatNeverStarts(t *testing.T) {
 // annotations, trusted, say which tools are read-only. .ci/run installs it and names
 // its program in SUPEREGO_MCP_NODE.
 func TestNodeFilesystemServer(t *testing.T) {
+	t.Parallel()
 	bin := os.Getenv("SUPEREGO_MCP_NODE")
 	if bin == "" {
 		t.Skip("SUPEREGO_MCP_NODE is not set: install @modelcontextprotocol/server-filesystem from npm and name its mcp-server-filesystem, as .ci/run does")
@@ -341,6 +348,7 @@ func TestNodeFilesystemServer(t *testing.T) {
 // server is started again before the next call: that call reaches a new
 // process, and the one that hung is gone.
 func TestMCPHungCallRestartsTheServer(t *testing.T) {
+	t.Parallel()
 	m, logs := startMCP(t, mcptest.Command(t, "t", map[string]string{"SUPEREGO_TEST_MCP_SERVER": "actions", mcptest.LogEnv: filepath.Join(t.TempDir(), "calls.log")}))
 	pid := func() int {
 		out, err := callMCP(t, m, "mcp__t__pid", `{}`)
@@ -375,6 +383,7 @@ func TestMCPHungCallRestartsTheServer(t *testing.T) {
 // ends itself once its input closes (the server here does; its child does
 // not).
 func TestMCPServerGroupEndsWithIt(t *testing.T) {
+	t.Parallel()
 	pids := filepath.Join(t.TempDir(), "pids")
 	m, _ := startMCP(t, mcptest.Command(t, "t", map[string]string{mcptest.PidsEnv: pids}))
 	server, child := mcptest.Pids(t, pids)

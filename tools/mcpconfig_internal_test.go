@@ -6,6 +6,7 @@ import (
 )
 
 func TestSecretName(t *testing.T) {
+	t.Parallel()
 	for name, want := range map[string]bool{
 		"GITHUB_TOKEN": true, "API_KEY": true, "SUPEREGO_API_KEYS": true, "AWS_SECRET_ACCESS_KEY": true,
 		"PGPASSWORD": true, "DB_PASSWD": true, "GOOGLE_APPLICATION_CREDENTIALS": true, "BASIC_AUTH": true,
@@ -23,6 +24,7 @@ func TestSecretName(t *testing.T) {
 // A header's credential is a secret with and without its scheme; values
 // too short to find safely, and plain values, are not.
 func TestSecrets(t *testing.T) {
+	t.Parallel()
 	s := MCPServer{
 		Env:     map[string]string{"MODE": "production", "PIN": "12", "API_KEY": "abc", "TOKEN": "tok-1234"},
 		Headers: map[string]string{"Authorization": "Bearer tok-5678", "Accept": "text/plain"},

@@ -12,6 +12,7 @@ import (
 )
 
 func TestCalculator(t *testing.T) {
+	t.Parallel()
 	cases := []struct {
 		expr, want, err string
 	}{
@@ -81,6 +82,7 @@ func FuzzEval(f *testing.F) {
 }
 
 func TestSearchAgainstSearXNG(t *testing.T) {
+	t.Parallel()
 	var gotQuery, gotFormat string
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		gotQuery, gotFormat = r.URL.Query().Get("q"), r.URL.Query().Get("format")
@@ -121,6 +123,7 @@ func TestSearchAgainstSearXNG(t *testing.T) {
 }
 
 func TestCodeAnalyzer(t *testing.T) {
+	t.Parallel()
 	cases := []struct {
 		name, code string
 		want       tools.Analysis

@@ -19,6 +19,7 @@ func call(t *testing.T, set tools.Set, ctx context.Context, name string, args ma
 }
 
 func TestWorkspaceTools(t *testing.T) {
+	t.Parallel()
 	ws := &tools.Workspaces{Root: t.TempDir()}
 	set := ws.Tools()
 	ctx := tools.WithInstance(context.Background(), "inst-1")
@@ -53,6 +54,7 @@ func TestWorkspaceTools(t *testing.T) {
 }
 
 func TestWorkspaceLimits(t *testing.T) {
+	t.Parallel()
 	ws := &tools.Workspaces{Root: t.TempDir(), MaxFile: 10, MaxTotal: 25}
 	set := ws.Tools()
 	ctx := tools.WithInstance(context.Background(), "i")
@@ -75,6 +77,7 @@ func TestWorkspaceLimits(t *testing.T) {
 
 // Every tool refuses a path that leaves the workspace, however it tries.
 func TestWorkspacePathEscapes(t *testing.T) {
+	t.Parallel()
 	root := t.TempDir()
 	outside := t.TempDir()
 	os.WriteFile(filepath.Join(outside, "secret"), []byte("SECRET"), 0o644)

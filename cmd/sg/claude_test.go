@@ -23,6 +23,7 @@ import (
 // from a marker in the user's prompt. Nothing reaches the network, and no
 // key is needed.
 func TestClaudeCode(t *testing.T) {
+	t.Parallel()
 	claude := os.Getenv("SUPEREGO_CLAUDE")
 	if claude == "" {
 		t.Skip("skipped: SUPEREGO_CLAUDE is not set; it names the Claude Code CLI (npm install @anthropic-ai/claude-code), which .ci/run installs and sets")

@@ -233,6 +233,7 @@ const (
 // Each rule of sg (docs/sg.md) for PreToolUse, on the hook inputs Claude Code sent,
 // with the exact answers.
 func TestCheckRules(t *testing.T) {
+	t.Parallel()
 	const scope = "Implement JWT auth in auth.ts."
 	cases := []struct {
 		name    string
@@ -324,6 +325,7 @@ func TestCheckRules(t *testing.T) {
 
 // Every check is audited, a subagent's with its agent_id.
 func TestCheckAudit(t *testing.T) {
+	t.Parallel()
 	p := newProject(t)
 	p.sg(p.fixture("pretooluse_subagent_write.json"), "check")
 	lines := p.auditLines()
@@ -335,6 +337,7 @@ func TestCheckAudit(t *testing.T) {
 
 // What sg answers on input it cannot use, for each hook.
 func TestBadHookInput(t *testing.T) {
+	t.Parallel()
 	cases := []struct {
 		name       string
 		args       []string
@@ -440,6 +443,7 @@ func TestBadHookInput(t *testing.T) {
 // 5 MB file in READY is allowed. This runs the binary, which reads a pipe
 // as it does under Claude Code.
 func TestCheckLargeWrite(t *testing.T) {
+	t.Parallel()
 	p := newProject(t)
 	p.setPhase(sid, Ready, "Implement JWT auth in auth.ts.")
 	content, _ := json.Marshal(strings.Repeat("export const x = 1 // ünïcode\n", 5<<20/30))
@@ -456,6 +460,7 @@ func TestCheckLargeWrite(t *testing.T) {
 // SessionStart: startup and clear begin the session in EXPLORING; resume
 // and compact keep its phase.
 func TestSessionStart(t *testing.T) {
+	t.Parallel()
 	for _, c := range []struct {
 		source string
 		want   string
@@ -484,6 +489,7 @@ func TestSessionStart(t *testing.T) {
 
 // The exact answer to a new session's SessionStart.
 func TestSessionStartAnswer(t *testing.T) {
+	t.Parallel()
 	p := newProject(t)
 	code, out, _ := p.sg(p.fixture("sessionstart.json"), "context-inject")
 	want, _ := json.Marshal(hookOutput{hookSpecific{HookEventName: "SessionStart", AdditionalContext: contract + "\n\nCurrent phase: EXPLORING"}})
@@ -496,6 +502,7 @@ func TestSessionStartAnswer(t *testing.T) {
 }
 
 func TestOverrideAllowsExactlyOneWrite(t *testing.T) {
+	t.Parallel()
 	p := newProject(t)
 	write := p.fixture("pretooluse_write.json")
 	p.setPhase(sid, Discussing, "Sessions or JWT is still open.")
@@ -525,6 +532,7 @@ func TestOverrideAllowsExactlyOneWrite(t *testing.T) {
 }
 
 func TestDisable(t *testing.T) {
+	t.Parallel()
 	p := newProject(t)
 	write := p.fixture("pretooluse_write.json")
 	p.sg("", "disable", "--dir", p.dir)
@@ -543,6 +551,7 @@ func TestDisable(t *testing.T) {
 }
 
 func TestRecursionGuard(t *testing.T) {
+	t.Parallel()
 	p := newProject(t)
 	own := filepath.Join(p.dir, ".superego", "session", "s.jsonl")
 	os.MkdirAll(filepath.Dir(own), 0o755)
@@ -564,6 +573,7 @@ func TestRecursionGuard(t *testing.T) {
 }
 
 func TestEvaluateWithProviderOverHTTP(t *testing.T) {
+	t.Parallel()
 	p := newProject(t)
 	srv := agentstest.OpenAI(t, func(r agentstest.Request) agentstest.Answer {
 		return agentstest.Reply(thinkingMarker, Ready, guidanceMarker, "Implement JWT authentication in auth.ts.")
@@ -616,6 +626,7 @@ func TestEvaluateWithProviderOverHTTP(t *testing.T) {
 // transcript (with --no-session-persistence it never does): the judge
 // decides from the prompt, and the gate holds.
 func TestEvaluateWithoutTranscript(t *testing.T) {
+	t.Parallel()
 	p := newProject(t)
 	srv := agentstest.OpenAI(t, func(r agentstest.Request) agentstest.Answer {
 		return agentstest.Reply("", Discussing, "", "Which token lifetime is still open.")
@@ -641,6 +652,7 @@ func TestEvaluateWithoutTranscript(t *testing.T) {
 // A new session after a READY one is judged from EXPLORING, and is not
 // told of the other session's approval.
 func TestNewSessionAfterReady(t *testing.T) {
+	t.Parallel()
 	p := newProject(t)
 	srv := agentstest.OpenAI(t, func(r agentstest.Request) agentstest.Answer {
 		return agentstest.Reply("", Ready, "", "Implement JWT auth in auth.ts.")
@@ -662,6 +674,7 @@ func TestNewSessionAfterReady(t *testing.T) {
 // Code wrote: it is not the user's, so the phase stays and no model is
 // asked.
 func TestEvaluateTaskNotification(t *testing.T) {
+	t.Parallel()
 	p := newProject(t)
 	p.setPhase(sid, Ready, "Implement JWT auth in auth.ts.")
 	p.useJudge(agentstest.OpenAI(t, func(agentstest.Request) agentstest.Answer {
@@ -680,6 +693,7 @@ func TestEvaluateTaskNotification(t *testing.T) {
 // In advise mode the phase reaches Claude before its turn, as the
 // UserPromptSubmit answer's additionalContext.
 func TestEvaluateAdvise(t *testing.T) {
+	t.Parallel()
 	p := newProject(t)
 	p.setConfig("mode: advise\n")
 	p.useJudge(agentstest.OpenAI(t, func(r agentstest.Request) agentstest.Answer {
@@ -700,6 +714,7 @@ func TestEvaluateAdvise(t *testing.T) {
 }
 
 func TestEvaluateFailsToExploring(t *testing.T) {
+	t.Parallel()
 	for name, answer := range map[string]agentstest.Answer{
 		"server error": {Status: 500, Text: "overloaded"},
 		"garbage":      {Text: "I think it is probably fine?"},
@@ -739,6 +754,7 @@ func TestEvaluateFailsToExploring(t *testing.T) {
 }
 
 func TestContextInjectAndPrecompact(t *testing.T) {
+	t.Parallel()
 	p := newProject(t)
 	p.setPhase(sid, Discussing, "Sessions or JWT is still open.")
 	if code, out, _ := p.sg(p.fixture("precompact.json"), "precompact"); code != 0 || out != "" {
@@ -755,6 +771,7 @@ func TestContextInjectAndPrecompact(t *testing.T) {
 }
 
 func TestHooksInstallKeepsSettings(t *testing.T) {
+	t.Parallel()
 	p := newProject(t)
 	settings := filepath.Join(p.dir, ".claude", "settings.json")
 	os.MkdirAll(filepath.Dir(settings), 0o755)
@@ -795,6 +812,7 @@ func TestHooksInstallKeepsSettings(t *testing.T) {
 
 // The matcher Claude Code is given names exactly the tools sg gates.
 func TestMatcherNamesTheWriteTools(t *testing.T) {
+	t.Parallel()
 	matched := strings.Split(checkMatcher, "|")
 	var gated []string
 	for tool := range writeTools {
@@ -811,6 +829,7 @@ func TestMatcherNamesTheWriteTools(t *testing.T) {
 // state (checks, evaluations, overrides) leave it whole, lose no audit
 // line, and let each override through exactly once.
 func TestConcurrentHooks(t *testing.T) {
+	t.Parallel()
 	p := newProject(t)
 	p.useJudge(agentstest.OpenAI(t, func(agentstest.Request) agentstest.Answer {
 		return agentstest.Reply("", Discussing, "", "Sessions or JWT is still open.")
@@ -881,6 +900,7 @@ func TestConcurrentHooks(t *testing.T) {
 
 // A lock left by a hook that was killed does not block the next one.
 func TestLockOfKilledHolder(t *testing.T) {
+	t.Parallel()
 	p := newProject(t)
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = append(os.Environ(), "SG_TEST_HOLD_LOCK="+filepath.Join(p.dir, ".superego"))
@@ -912,6 +932,7 @@ func TestLockOfKilledHolder(t *testing.T) {
 }
 
 func TestTranscriptBudget(t *testing.T) {
+	t.Parallel()
 	p := newProject(t)
 	all, err := readTranscript(p.transcript, 0)
 	if err != nil {
@@ -930,6 +951,7 @@ func TestTranscriptBudget(t *testing.T) {
 }
 
 func TestBadConfig(t *testing.T) {
+	t.Parallel()
 	for _, cfg := range []string{"mode: lenient\n", "timeout: 0s\n", "model: [\n"} {
 		p := newProject(t)
 		p.setConfig(cfg)
@@ -948,6 +970,7 @@ func TestBadConfig(t *testing.T) {
 // state.json keeps a bounded number of sessions; the one evaluated longest
 // ago goes first, and is back in EXPLORING.
 func TestSessionsKept(t *testing.T) {
+	t.Parallel()
 	var st State
 	start := time.Date(2026, 11, 21, 10, 0, 0, 0, time.UTC)
 	for i := range keptSessions + 3 {
@@ -961,6 +984,7 @@ func TestSessionsKept(t *testing.T) {
 // config.yaml is read as YAML's flat mappings are; anything else is
 // refused, naming the line.
 func TestConfigFile(t *testing.T) {
+	t.Parallel()
 	defaults := Config{Model: "claude-cli", Mode: "gate", Timeout: time.Minute, TranscriptBudget: 24000}
 	for _, c := range []struct {
 		name, text string

@@ -19,6 +19,7 @@ import (
 // again when the run resumes: the tool server saw the call once, the model
 // is told it may or may not have taken effect, and the run completes.
 func TestKillNineDuringAToolCallRunsItOnce(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	os.MkdirAll(filepath.Join(dir, "flows"), 0o755)
 	os.WriteFile(filepath.Join(dir, "flows", "calc.json"), []byte(strings.Replace(mcpFlow, "%s", "mcp__t__hold", 1)), 0o644)
@@ -74,6 +75,7 @@ func TestKillNineDuringAToolCallRunsItOnce(t *testing.T) {
 // has gone (the server lingers; its child never reads its input and
 // ignores SIGHUP).
 func TestKillNineLeavesNoMCPServer(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	os.MkdirAll(filepath.Join(dir, "flows"), 0o755)
 	os.WriteFile(filepath.Join(dir, "flows", "pid.json"), []byte(strings.Replace(mcpFlow, "%s", "mcp__t__pid", 1)), 0o644)

@@ -174,6 +174,7 @@ func TestAnExperimentOfAnySizeRunsInBoundedMemory(t *testing.T) {
 // experiments, which is keys by default once the operator set keys or an
 // admin token.
 func TestExperimentLimitsConfig(t *testing.T) {
+	t.Parallel()
 	for _, c := range []struct {
 		args    []string
 		env     []string

@@ -16,6 +16,7 @@ import (
 // file and a heading that exist. The README stays a front door; the
 // reference is in docs/.
 func TestDocumentsPointInsideTheRepository(t *testing.T) {
+	t.Parallel()
 	root := "../.."
 	docs := []string{"README.md", "api/web/openapi.json"}
 	for _, pattern := range []string{"docs/*.md", "bench/*/README.md"} {
@@ -69,6 +70,7 @@ func TestDocumentsPointInsideTheRepository(t *testing.T) {
 
 // The checks above find what they are meant to find.
 func TestDocumentChecks(t *testing.T) {
+	t.Parallel()
 	md := "# Title\n\n## Flow files (`flows/ID.json`)\n\n## Café ✓\n\n## Twice\n\n## Twice\n\n" +
 		"```sh\n# not a heading](nowhere.md)\n```\n\n  ```json\n  [x](inside-an-indented-fence.md)\n  ```\n\n" +
 		"See [a](a.md#b), ![plot](p.svg), `[code](not-a-link.md)`, <img alt=\"x\" src=\"i.png\">.\n[ref]: r.md\n"

@@ -248,6 +248,7 @@ func checkCompletedOnce(t *testing.T, events []logEvent) {
 }
 
 func TestKillNineMidRunThenResume(t *testing.T) {
+	t.Parallel()
 	dir := writeFlows(t)
 	model := newGatedModel(t)
 	first := startServer(t, dir, model)
@@ -275,6 +276,7 @@ func TestKillNineMidRunThenResume(t *testing.T) {
 }
 
 func TestSIGTERMRefusesNewRunsAndInterruptsAfterGrace(t *testing.T) {
+	t.Parallel()
 	dir := writeFlows(t)
 	model := newGatedModel(t)
 	first := startServer(t, dir, model, "--grace", "300ms")
@@ -315,6 +317,7 @@ func TestSIGTERMRefusesNewRunsAndInterruptsAfterGrace(t *testing.T) {
 }
 
 func TestExport(t *testing.T) {
+	t.Parallel()
 	dir := writeFlows(t)
 	model := newGatedModel(t)
 	model.open()

@@ -143,6 +143,7 @@ func sameOutcomes(t *testing.T, got, want map[string]string) {
 // from a server that starts again. Before, those runs were recorded as
 // outcomes, "awaiting_tool_result", their calls not run.
 func TestAgenticExperimentKillNineThenResume(t *testing.T) {
+	t.Parallel()
 	dir := agenticDir(t)
 	model := newAgenticModel(t)
 	model.open()

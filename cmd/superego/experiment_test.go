@@ -208,10 +208,12 @@ var killSet = []string{"s1", "plain", "s2", "OUT:BLOCK", "s3", "GATE plain", "s4
 // uninterrupted run's. Running the same file again is served from the
 // reply cache: the model is asked nothing.
 func TestExperimentKillNineThenResume(t *testing.T) {
+	t.Parallel()
 	testKillNineThenResume(t, "")
 }
 
 func TestExperimentKillNineThenResumeOnPostgres(t *testing.T) {
+	t.Parallel()
 	db, _ := pgtest.Database(t)
 	testKillNineThenResume(t, db)
 }
@@ -341,6 +343,7 @@ func testKillNineThenResume(t *testing.T, db string) {
 // The sample experiment runs on the offline model, and a replay of it
 // from the command line reuses its recorded steps.
 func TestSampleExperimentOffline(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	db := filepath.Join(dir, "s.db")
 	getenv := env("SUPEREGO_FLOWS", "../../flows", "SUPEREGO_CONSTITUTIONS", "../../constitutions", "SUPEREGO_DB", db)
@@ -461,6 +464,7 @@ func TestExperimentRemembersWhereItWrites(t *testing.T) {
 }
 
 func TestExperimentRemembersWhereItWritesOnPostgres(t *testing.T) {
+	t.Parallel()
 	db, _ := pgtest.Database(t)
 	testRemembersWhereItWrites(t, db)
 }
@@ -527,6 +531,7 @@ func testRemembersWhereItWrites(t *testing.T, db string) {
 
 // Bad input to the command is refused with the reason, and runs nothing.
 func TestExperimentCommandErrors(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	db := filepath.Join(dir, "s.db")
 	getenv := env("SUPEREGO_FLOWS", "../../flows", "SUPEREGO_CONSTITUTIONS", "../../constitutions", "SUPEREGO_DB", db)

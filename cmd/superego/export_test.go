@@ -17,6 +17,7 @@ import (
 // export past an instance it cannot read: the others are exported, the
 // bad one is named on stderr with the reason, and the exit code says so.
 func TestExportSkipsAnUnreadableInstance(t *testing.T) {
+	t.Parallel()
 	path := filepath.Join(t.TempDir(), "superego.db")
 	s, err := sqlite.Open(path)
 	if err != nil {
@@ -61,6 +62,7 @@ superego export: 1 of 3 instances skipped
 // Export reads: a database file that is not there is named, and exits
 // non-zero, and no empty database is left in its place.
 func TestExportOfAMissingDatabase(t *testing.T) {
+	t.Parallel()
 	missing := filepath.Join(t.TempDir(), "typo.db")
 	code, out, errs := runCmd(t, env(), "export", "--db", missing)
 	if code == 0 || out != "" || errs != "superego export: --db "+missing+": no such file or directory\n" {

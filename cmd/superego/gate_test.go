@@ -112,6 +112,7 @@ func trace(steps []flow.Step) string {
 // A crash while a draft is held: the restarted server judges it again, and
 // releases or withholds it by that judgement; no client saw it before.
 func TestKillNineWhileHeldJudgesAgain(t *testing.T) {
+	t.Parallel()
 	for _, c := range []struct {
 		verdict, trace, status string
 	}{
@@ -158,6 +159,7 @@ func TestKillNineWhileHeldJudgesAgain(t *testing.T) {
 // speculation had not started, and nothing of the speculative turn was
 // ever recorded.
 func TestKillNineDuringSpeculation(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	os.MkdirAll(filepath.Join(dir, "flows"), 0o755)
 	speculative := strings.Replace(durableFlow, `"constitution": "Judge.",`, `"constitution": "Judge.", "speculate": true,`, 1)

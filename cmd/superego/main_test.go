@@ -38,6 +38,7 @@ func runCmd(t *testing.T, getenv func(string) string, args ...string) (int, stri
 }
 
 func TestValidate(t *testing.T) {
+	t.Parallel()
 	code, out, _ := runCmd(t, env(repoEnv...), "validate")
 	if code != 0 || out != "ok       bare_agent\nok       bare_assistant\nok       basic_calculator\nok       guarded_agent\nok       guarded_chat\nok       guarded_coder\nok       guarded_tools\nok       multi_agent_flow\nok       sg_phase\nok       supervised_assistant\nok       worker_checker\n" {
 		t.Errorf("validate shipped flows: %d\n%s", code, out)
@@ -54,6 +55,7 @@ func TestValidate(t *testing.T) {
 }
 
 func TestRunPrintsTheFlowAndExitsByStatus(t *testing.T) {
+	t.Parallel()
 	code, out, errs := runCmd(t, env(repoEnv...), "run", "basic_calculator", "What is 5*10?")
 	want := `user: What is 5*10?
 input_superego
@@ -111,6 +113,7 @@ completed: The calculator returned 50.
 }
 
 func TestConfigPrecedence(t *testing.T) {
+	t.Parallel()
 	cfg, _, err := parseConfig("serve", nil, env(), io.Discard)
 	if err != nil || cfg.Addr != "127.0.0.1:8080" || cfg.Flows != "./flows" || cfg.Model != "offline" || cfg.MaxRuns != 256 {
 		t.Errorf("defaults: %+v %v", cfg, err)
@@ -138,6 +141,7 @@ func TestConfigPrecedence(t *testing.T) {
 }
 
 func TestServeStartsAndShutsDown(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	os.CopyFS(filepath.Join(dir, "flows"), os.DirFS("../../flows"))
 	os.WriteFile(filepath.Join(dir, "flows", "broken.json"), []byte(`{"name": "x"`), 0o644)
@@ -196,6 +200,7 @@ func TestServeStartsAndShutsDown(t *testing.T) {
 // Rules and references in --rules and --references reach every inner
 // agent's prompt.
 func TestRulesFolder(t *testing.T) {
+	t.Parallel()
 	rules := t.TempDir()
 	os.WriteFile(filepath.Join(rules, "french.md"), []byte("priority: 3\n---\nAlways answer in French.\n"), 0o644)
 	os.WriteFile(filepath.Join(rules, "manual.md"), []byte("include: manual\n---\nMention the weather.\n"), 0o644)
@@ -240,6 +245,7 @@ func TestRulesFolder(t *testing.T) {
 // its connection back; an idle kept-alive connection is closed; neither
 // cuts a stream that takes longer than both.
 func TestServerTimeouts(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	os.CopyFS(filepath.Join(dir, "flows"), os.DirFS("../../flows"))
 	cfg, _, err := parseConfig("serve", []string{"--addr", "127.0.0.1:0", "--flows", filepath.Join(dir, "flows"), "--constitutions", "../../constitutions", "--db", "memory"}, env(), io.Discard)

@@ -16,6 +16,7 @@ import (
 // (`go run` left it running, re-parented to init). The server's standard
 // output ends when the last process that holds it does.
 func TestMakeRunStopsWithMake(t *testing.T) {
+	t.Parallel()
 	if _, err := exec.LookPath("make"); err != nil {
 		t.Skip("make is not installed")
 	}

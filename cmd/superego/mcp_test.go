@@ -140,6 +140,7 @@ func executeJSON(t *testing.T, addr, flowID, input string) string {
 // agents use their tools, a flow naming a server mcp.json lacks is refused
 // with its JSON path, and /healthz shows each server, and no secret.
 func TestServeWithMCPServers(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	os.Mkdir(filepath.Join(dir, "flows"), 0o755)
 	os.WriteFile(filepath.Join(dir, "flows", "echo.json"), []byte(strings.Replace(mcpFlow, "%s", "mcp__t__*", 1)), 0o644)
@@ -181,6 +182,7 @@ func TestServeWithMCPServers(t *testing.T) {
 // from mcp.json: an agent reads a file through it. .ci/run installs it and
 // names its program in SUPEREGO_MCP_NODE.
 func TestServeWithNodeMCPServer(t *testing.T) {
+	t.Parallel()
 	bin := os.Getenv("SUPEREGO_MCP_NODE")
 	if bin == "" {
 		t.Skip("SUPEREGO_MCP_NODE is not set: install @modelcontextprotocol/server-filesystem from npm and name its mcp-server-filesystem, as .ci/run does")

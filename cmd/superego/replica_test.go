@@ -83,6 +83,7 @@ func TestReplicaTakesOverAKilledReplicasRun(t *testing.T) {
 // ends cancelled while its model call on A is still unanswered, and both
 // replicas serve the same ending.
 func TestCancelThroughAnotherReplica(t *testing.T) {
+	t.Parallel()
 	db, _ := pgtest.Database(t)
 	dir := writeFlows(t)
 	model := newGatedModel(t)

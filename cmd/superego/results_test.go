@@ -20,6 +20,7 @@ import (
 // calls counted and as JSON, the measures. On the fake provider, whose
 // replies carry tokens and name the model.
 func TestResultsCSVIsFlat(t *testing.T) {
+	t.Parallel()
 	model := newExperimentModel(t)
 	dir := experimentDir(t, "s1", "plain", "s2", "OUT:BLOCK", "s3", "AGENT:REFUSE", "b1", "plain")
 	getenv := env(append(repoEnv, "OPENAI_API_KEY", "k", "OPENAI_BASE_URL", model.URL+"/v1", "SUPEREGO_MODEL", "openai:gpt-test")...)
@@ -44,6 +45,7 @@ func TestResultsCSVIsFlat(t *testing.T) {
 // docs/experiments.md shows of it are this report's own rows; results.csv
 // holds each outcome's calls.
 func TestAgenticSampleOffline(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	getenv := env(append(repoEnv, "SUPEREGO_MODEL", "offline")...)
 	if code, out, errs := runCmd(t, getenv, "experiment", "run", "../../experiments/agentic_sample.json", "--out", dir); code != 0 {
@@ -200,6 +202,7 @@ func readmeShows(t *testing.T, start, report string, min int) {
 // the build information: a test binary has none, and says so; a build
 // with a revision names it, its time, and whether it was modified.
 func TestVersion(t *testing.T) {
+	t.Parallel()
 	code, out, _ := runCmd(t, env(), "version")
 	if code != exitOK || out != "superego "+version()+"\n" || !strings.HasPrefix(out, "superego ") {
 		t.Errorf("version: %d %q", code, out)

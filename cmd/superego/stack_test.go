@@ -111,6 +111,7 @@ func TestKeysFile(t *testing.T) {
 // command line: only the superegos are asked again, every assistant step
 // reused, and the report counts decisions by basis, as docs/stacks.md shows.
 func TestStacksExperimentOffline(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	getenv := env("SUPEREGO_FLOWS", "../../flows", "SUPEREGO_CONSTITUTIONS", "../../constitutions", "SUPEREGO_DB", filepath.Join(dir, "s.db"))
 	code, out, errs := runCmd(t, getenv, "experiment", "run", "../../experiments/refusal_sample_stacks.json", "--out", filepath.Join(dir, "out"))

@@ -12,6 +12,7 @@ import (
 // from the PostgreSQL log, and export reads it, hidden fields only when
 // asked for.
 func TestKillNineMidRunThenResumeOnPostgres(t *testing.T) {
+	t.Parallel()
 	db, _ := pgtest.Database(t)
 	dir := writeFlows(t)
 	model := newGatedModel(t)
@@ -45,6 +46,7 @@ func TestKillNineMidRunThenResumeOnPostgres(t *testing.T) {
 // A --db URL the store cannot use, or a server that is not there, stops
 // the command with the reason, and without the password.
 func TestBadOrUnreachablePostgresStopsTheCommand(t *testing.T) {
+	t.Parallel()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

@@ -160,6 +160,7 @@ func TestOperatorsView(t *testing.T) {
 
 // Without --metrics-addr, /metrics is on the API's listener.
 func TestMetricsOnTheAPI(t *testing.T) {
+	t.Parallel()
 	cfg, _, err := parseConfig("serve", []string{"--addr", "127.0.0.1:0", "--max-runs", "7"}, env(repoEnv...), io.Discard)
 	if err != nil {
 		t.Fatal(err)
@@ -191,6 +192,7 @@ func TestMetricsOnTheAPI(t *testing.T) {
 }
 
 func TestOperatorsFlags(t *testing.T) {
+	t.Parallel()
 	cfg, _, err := parseConfig("serve", nil, env("SUPEREGO_LOG_FORMAT", "json", "SUPEREGO_METRICS_ADDR", ":9091", "SUPEREGO_TRACE_CONTENT", "1"), io.Discard)
 	if err != nil || cfg.LogFormat != "json" || cfg.MetricsAddr != ":9091" || !cfg.TraceContent {
 		t.Errorf("from the environment: %+v %v", cfg, err)
