@@ -22,7 +22,6 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"flag"
@@ -40,6 +39,7 @@ import (
 	"sync"
 	"time"
 
+	"superego/bench/internal/serving"
 	"superego/bench/internal/stats"
 	"superego/experiment"
 	"superego/flow"
@@ -205,8 +205,6 @@ func (m measure) String() string {
 		m.complete.Seconds(), m.one.Seconds(), m.oneRSS, m.eight.Seconds(), m.eightRSS)
 }
 
-var servingRe = regexp.MustCompile(`serving on http://(\S+)\.`)
-
 // round starts bin on a copy of db and measures it.
 func round(bin, db, dir string) (measure, error) {
 	var m measure
@@ -227,25 +225,13 @@ func round(bin, db, dir string) (measure, error) {
 	cmd := exec.Command(bin, "serve", "--addr", "127.0.0.1:0", "--db", run, "--flows", "flows", "--constitutions", "constitutions",
 		"--workspaces", filepath.Join(dir, "ws"), "--experiments", dir)
 	cmd.Env = append(os.Environ(), "SUPEREGO_MODEL=offline")
-	stdout, _ := cmd.StdoutPipe()
 	cmd.Stderr = io.Discard
 	started := time.Now()
-	if err := cmd.Start(); err != nil {
+	addr, err := serving.Start(cmd)
+	if err != nil {
 		return m, err
 	}
 	defer func() { cmd.Process.Kill(); cmd.Wait() }()
-	addr := ""
-	sc := bufio.NewScanner(stdout)
-	for sc.Scan() {
-		if s := servingRe.FindStringSubmatch(sc.Text()); s != nil {
-			addr = s[1]
-			break
-		}
-	}
-	go io.Copy(io.Discard, stdout)
-	if addr == "" {
-		return m, fmt.Errorf("the server did not start")
-	}
 	base := "http://" + addr
 	id := ""
 	for deadline := time.Now().Add(10 * time.Minute); id == ""; time.Sleep(100 * time.Millisecond) {
@@ -278,7 +264,6 @@ func round(bin, db, dir string) (measure, error) {
 		}
 		return time.Since(start), nil
 	}
-	var err error
 	if m.oneRSS, err = peak(cmd.Process.Pid, func() error {
 		m.one, err = get()
 		return err

@@ -29,6 +29,7 @@ import (
 	"time"
 
 	"superego/agents/agentstest"
+	"superego/bench/internal/serving"
 )
 
 // model is the fake: every call is answered after latency. The input
@@ -97,8 +98,6 @@ type server struct {
 	addr string
 }
 
-var servingRe = regexp.MustCompile(`serving on http://(\S+)\.`)
-
 // serve starts `superego serve` on a fresh SQLite file, its model the fake,
 // its flows the shipped ones and guarded_sequential: guarded_chat without
 // speculation, its three calls one after the other.
@@ -119,21 +118,13 @@ func serve(b *testing.B, m *model) *server {
 	cmd := exec.Command(build(b), "serve", "--addr", "127.0.0.1:0", "--db", filepath.Join(dir, "bench.db"),
 		"--flows", flows, "--constitutions", "../../constitutions", "--experiments", dir, "--workspaces", filepath.Join(dir, "ws"))
 	cmd.Env = append(os.Environ(), "OPENAI_API_KEY=k", "OPENAI_BASE_URL="+m.URL+"/v1", "SUPEREGO_MODEL=openai:bench")
-	stdout, _ := cmd.StdoutPipe()
 	cmd.Stderr = io.Discard
-	if err := cmd.Start(); err != nil {
+	addr, err := serving.Start(cmd)
+	if err != nil {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-	sc := bufio.NewScanner(stdout)
-	for sc.Scan() {
-		if mm := servingRe.FindStringSubmatch(sc.Text()); mm != nil {
-			go io.Copy(io.Discard, stdout)
-			return &server{cmd: cmd, addr: mm[1]}
-		}
-	}
-	b.Fatal("the server did not start")
-	return nil
+	return &server{cmd: cmd, addr: addr}
 }
 
 // peakRSS is the server's peak resident set, in MiB (VmHWM).

@@ -38,6 +38,7 @@ import (
 	"time"
 
 	"superego/agents/agentstest"
+	"superego/bench/internal/serving"
 	"superego/bench/internal/stats"
 )
 
@@ -188,8 +189,6 @@ func run(before, after string, rounds int, latency time.Duration, only string, k
 	return nil
 }
 
-var servingRe = regexp.MustCompile(`serving on http://(\S+)\.`)
-
 // measure runs one scenario on a fresh server.
 func measure(bin, dir, modelURL string, sc scenario, kill float64) result {
 	res := result{Scenario: sc.name, Size: sc.size, Conc: sc.conc}
@@ -198,26 +197,13 @@ func measure(bin, dir, modelURL string, sc scenario, kill float64) result {
 	cmd := exec.Command(bin, "serve", "--addr", "127.0.0.1:0", "--db", filepath.Join(work, "bench.db"), "--flows", "./flows",
 		"--constitutions", "./constitutions", "--workspaces", filepath.Join(work, "ws"), "--experiments", work)
 	cmd.Env = append(os.Environ(), "OPENAI_API_KEY=k", "OPENAI_BASE_URL="+modelURL+"/v1", "SUPEREGO_MODEL=openai:bench")
-	stdout, _ := cmd.StdoutPipe()
 	cmd.Stderr = io.Discard
-	if err := cmd.Start(); err != nil {
+	addr, err := serving.Start(cmd)
+	if err != nil {
 		res.ErrorText = err.Error()
 		return res
 	}
 	defer func() { cmd.Process.Kill(); cmd.Wait() }()
-	addr := ""
-	sc2 := bufio.NewScanner(stdout)
-	for sc2.Scan() {
-		if m := servingRe.FindStringSubmatch(sc2.Text()); m != nil {
-			addr = m[1]
-			break
-		}
-	}
-	go io.Copy(io.Discard, stdout)
-	if addr == "" {
-		res.ErrorText = "the server did not start"
-		return res
-	}
 	base := "http://" + addr
 	pid := cmd.Process.Pid
 	// Warm up: one small run, so that the start is a server that has run.

@@ -13,7 +13,6 @@
 package main
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"crypto/rand"
@@ -27,7 +26,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -37,6 +35,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"superego/agents/agentstest"
+	"superego/bench/internal/serving"
 	"superego/bench/internal/stats"
 )
 
@@ -196,8 +195,6 @@ func (b *bench) close() {
 	os.RemoveAll(b.dir)
 }
 
-var servingRe = regexp.MustCompile(`serving on http://(\S+)\.`)
-
 // server is a superego serve process.
 type server struct {
 	cmd  *exec.Cmd
@@ -214,21 +211,12 @@ func (b *bench) serve(db string) (*server, error) {
 		"--workspaces", filepath.Join(b.dir, "workspaces"))
 	cmd.Env = append(os.Environ(), "OPENAI_API_KEY=k", "OPENAI_BASE_URL="+b.model.URL+"/v1", "SUPEREGO_MODEL=openai:gpt-bench")
 	cmd.Stderr = logs
-	stdout, _ := cmd.StdoutPipe()
-	if err := cmd.Start(); err != nil {
-		return nil, err
+	addr, err := serving.Start(cmd)
+	if err != nil {
+		log, _ := os.ReadFile(logs.Name())
+		return nil, fmt.Errorf("%w:\n%s", err, log)
 	}
-	sc := bufio.NewScanner(stdout)
-	for sc.Scan() {
-		if m := servingRe.FindStringSubmatch(sc.Text()); m != nil {
-			go io.Copy(io.Discard, stdout)
-			return &server{cmd: cmd, addr: m[1]}, nil
-		}
-	}
-	cmd.Process.Kill()
-	cmd.Wait()
-	log, _ := os.ReadFile(logs.Name())
-	return nil, fmt.Errorf("the server did not start:\n%s", log)
+	return &server{cmd: cmd, addr: addr}, nil
 }
 
 func (s *server) stop() {

@@ -1,0 +1,39 @@
+// Package serving starts `superego serve` as a process for the benchmarks
+// that measure the server as operators run it, and finds the address it
+// listens on.
+package serving
+
+import (
+	"bufio"
+	"errors"
+	"io"
+	"os/exec"
+	"regexp"
+)
+
+// serving is the line with which the server says it listens.
+var serving = regexp.MustCompile(`serving on http://(\S+)\.`)
+
+// Start starts cmd, a `superego serve --addr 127.0.0.1:0 …` its caller
+// has set up, and returns the address it serves on once it says so; its
+// output after that line is read and dropped. Where the server exits
+// first, cmd has been waited for and the error says so.
+func Start(cmd *exec.Cmd) (addr string, err error) {
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return "", err
+	}
+	if err := cmd.Start(); err != nil {
+		return "", err
+	}
+	sc := bufio.NewScanner(stdout)
+	for sc.Scan() {
+		if m := serving.FindStringSubmatch(sc.Text()); m != nil {
+			go io.Copy(io.Discard, stdout)
+			return m[1], nil
+		}
+	}
+	cmd.Process.Kill()
+	cmd.Wait()
+	return "", errors.New("the server did not start")
+}
