@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -12,7 +13,7 @@ import (
 
 // What ships for users to read stands on its own: it cites no document
 // outside the repository (a clone has no ../shared, nor the issues it was
-// built from), and every link, image and anchor of its Markdown leads to a
+// built from), the code's comments included, and every link, image and anchor of its Markdown leads to a
 // file and a heading that exist. The README stays a front door; the
 // reference is in docs/.
 func TestDocumentsPointInsideTheRepository(t *testing.T) {
@@ -30,7 +31,7 @@ func TestDocumentsPointInsideTheRepository(t *testing.T) {
 	for _, c := range []struct {
 		files []string
 		res   []*regexp.Regexp
-	}{{docs, []*regexp.Regexp{outside, cited}}, {config, []*regexp.Regexp{outside}}} {
+	}{{docs, []*regexp.Regexp{outside, cited}}, {goFiles(t, root), []*regexp.Regexp{outside, cited}}, {config, []*regexp.Regexp{outside}}} {
 		for _, f := range c.files {
 			text := read(t, filepath.Join(root, f))
 			for _, re := range c.res {
@@ -192,3 +193,26 @@ func read(t *testing.T, path string) string {
 }
 
 func line(text string, at int) int { return 1 + strings.Count(text[:at], "\n") }
+
+// goFiles are the repository's Go files, but this one, whose patterns name
+// what they look for: their comments are read as documents are.
+func goFiles(t *testing.T, root string) []string {
+	t.Helper()
+	var out []string
+	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+		switch {
+		case err != nil:
+			return err
+		case d.IsDir() && path != root && (strings.HasPrefix(d.Name(), ".") || d.Name() == "node_modules" || d.Name() == "testdata"):
+			return filepath.SkipDir
+		case strings.HasSuffix(path, ".go") && d.Name() != "docs_test.go":
+			rel, _ := filepath.Rel(root, path)
+			out = append(out, rel)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
