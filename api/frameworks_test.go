@@ -211,14 +211,17 @@ func TestAgentFrameworks(t *testing.T) {
 			checkTask(t, f, id, city, got.Output, ranOnDisk(t, filepath.Join(work, c.task)))
 
 			// The framework's instructions went to the agent's model, as
-			// its system message, in each request of the task; no judge's
-			// system message has them.
+			// its system message, in each request of the task, after the
+			// input superego's guidance where it gave some (a system
+			// message of its own before the client's); no judge's system
+			// message has them.
+			guidance := "Guidance from input_superego (hidden from the user): " + guidanceMarker
 			var asked []agentstest.Request
 			for _, r := range f.model.Requests() {
 				switch {
 				case r.Node() == "" && strings.Contains(r.System, got.Instructions):
 					asked = append(asked, r)
-					if r.System != got.Instructions {
+					if strings.TrimPrefix(r.System, guidance) != got.Instructions {
 						t.Errorf("the agent's model was instructed %q; want %q", r.System, got.Instructions)
 					}
 				case strings.Contains(r.System, got.Instructions):

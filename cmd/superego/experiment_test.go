@@ -464,7 +464,6 @@ func TestExperimentRemembersWhereItWrites(t *testing.T) {
 }
 
 func TestExperimentRemembersWhereItWritesOnPostgres(t *testing.T) {
-	t.Parallel()
 	db, _ := pgtest.Database(t)
 	testRemembersWhereItWrites(t, db)
 }
