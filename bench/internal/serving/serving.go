@@ -11,8 +11,8 @@ import (
 	"regexp"
 )
 
-// serving is the line with which the server says it listens.
-var serving = regexp.MustCompile(`serving on http://(\S+)\.`)
+// listening is the line with which the server says where it listens.
+var listening = regexp.MustCompile(`serving on http://(\S+)\.`)
 
 // Start starts cmd, a `superego serve --addr 127.0.0.1:0 …` its caller
 // has set up, and returns the address it serves on once it says so; its
@@ -28,7 +28,7 @@ func Start(cmd *exec.Cmd) (addr string, err error) {
 	}
 	sc := bufio.NewScanner(stdout)
 	for sc.Scan() {
-		if m := serving.FindStringSubmatch(sc.Text()); m != nil {
+		if m := listening.FindStringSubmatch(sc.Text()); m != nil {
 			go io.Copy(io.Discard, stdout)
 			return m[1], nil
 		}
