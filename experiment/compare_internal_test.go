@@ -1,6 +1,7 @@
 package experiment
 
 import (
+	"encoding/json"
 	"fmt"
 	"testing"
 
@@ -40,5 +41,26 @@ func TestCompareCountsTheCellsItDoesNotVisit(t *testing.T) {
 	}
 	if len(h.Flipped) != 1 || h.Flipped[0].SampleID != "h1" || h.Flipped[0].Repeat != 0 || h.Samples != 2 {
 		t.Errorf("harmful flips %+v over %d samples", h.Flipped, h.Samples)
+	}
+}
+
+// A reader's ?adjust= changes its own copy of a report, not the one made
+// once and shared by every reader of the experiment.
+func TestAdjustPChangesOnlyItsOwnCopy(t *testing.T) {
+	t.Parallel()
+	shared := &Report{
+		Conditions: []ConditionReport{{Name: "a", Harmful: Rate{N: 4}}, {Name: "b", Harmful: Rate{N: 4}},
+			{Name: "c", Harmful: Rate{N: 4}, UnderAttack: &Paired{P: 0.5}}},
+		Comparisons: []Comparison{{A: "a", B: "b", Harmful: Paired{P: 0.01}}, {A: "a", B: "c", Harmful: Paired{P: 0.04}}},
+	}
+	shared.AdjustP(AdjustHolm)
+	before, _ := json.Marshal(shared)
+	reader := *shared
+	reader.AdjustP(AdjustNone)
+	if after, _ := json.Marshal(shared); string(after) != string(before) {
+		t.Error("a reader's adjust=none changed the report the other readers share")
+	}
+	if p := reader.Comparisons[0].Harmful.PAdjusted; p == nil || *p != 0.01 || reader.Adjust != AdjustNone {
+		t.Errorf("the reader's copy is not adjusted by none: %v %s", p, reader.Adjust)
 	}
 }

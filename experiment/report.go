@@ -251,10 +251,20 @@ func buildReport(rec Record, plan *Plan, outcomes []Outcome, judge JudgeInfo) *R
 // AdjustP adjusts the p-values of the report's paired tests over its
 // family, by method (Adjust): each comparison's measures shown, and each
 // condition's utility under attack against its base. It is false for a
-// method it does not know, and changes nothing then.
+// method it does not know, and changes nothing then. It writes only to r's
+// own copies: a report made once is read by every reader of its
+// experiment, each with a shallow copy, and one reader's method is not
+// another's.
 func (r *Report) AdjustP(method string) bool {
 	if method != AdjustHolm && method != AdjustBH && method != AdjustNone {
 		return false
+	}
+	r.Comparisons, r.Conditions = slices.Clone(r.Comparisons), slices.Clone(r.Conditions)
+	for i := range r.Conditions {
+		if p := r.Conditions[i].UnderAttack; p != nil {
+			own := *p
+			r.Conditions[i].UnderAttack = &own
+		}
 	}
 	var family []*Paired
 	shown := r.shown()
