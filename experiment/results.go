@@ -126,12 +126,16 @@ func (l *Lab) report(ctx context.Context, rec Record) (*Report, error) {
 	if rep := keptReport(rec); rep != nil {
 		return rep, nil
 	}
-	plan, err := DecodePlan(rec.Plan)
-	if err != nil {
-		return nil, fmt.Errorf("experiment %s: %w", rec.ID, err)
-	}
 	// One made while the experiment had another status is of other outcomes.
-	rep, err := l.reports.get(ctx, rec.ID+" "+rec.Status, func(ctx context.Context) (*Report, error) { return l.makeReport(ctx, rec, plan) })
+	// The plan, which may hold a million samples, is decoded only to make
+	// one: a reader served the one made does not pay for it.
+	rep, err := l.reports.get(ctx, rec.ID+" "+rec.Status, func(ctx context.Context) (*Report, error) {
+		plan, err := DecodePlan(rec.Plan)
+		if err != nil {
+			return nil, fmt.Errorf("experiment %s: %w", rec.ID, err)
+		}
+		return l.makeReport(ctx, rec, plan)
+	})
 	if err != nil {
 		return nil, err
 	}
