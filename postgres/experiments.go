@@ -62,7 +62,7 @@ func (s *Store) CreateExperiment(ctx context.Context, r experiment.Record) error
 // UpdateExperiment writes an experiment's status, plan and report, and
 // its out where r's is set.
 func (s *Store) UpdateExperiment(ctx context.Context, r experiment.Record) error {
-	old, err := s.Experiment(ctx, r.ID)
+	old, err := s.experiment(ctx, r.ID, false) // its report is replaced, not read
 	if err != nil {
 		return err
 	}
@@ -128,7 +128,16 @@ func scanExperiment(row pgx.Row, report bool) (experiment.Record, error) {
 
 // Experiment reads an experiment, with its report.
 func (s *Store) Experiment(ctx context.Context, id string) (experiment.Record, error) {
-	r, err := scanExperiment(s.read.QueryRow(ctx, `SELECT `+experimentColumns+`, report, report_sum FROM experiments WHERE id = $1`, id), true)
+	return s.experiment(ctx, id, true)
+}
+
+// experiment reads an experiment, with its report or without.
+func (s *Store) experiment(ctx context.Context, id string, report bool) (experiment.Record, error) {
+	columns := experimentColumns
+	if report {
+		columns += `, report, report_sum`
+	}
+	r, err := scanExperiment(s.read.QueryRow(ctx, `SELECT `+columns+` FROM experiments WHERE id = $1`, id), report)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return r, fmt.Errorf("experiment %q: %w", id, flow.ErrNotFound)
 	}

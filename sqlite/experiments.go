@@ -60,7 +60,7 @@ func (s *Store) CreateExperiment(ctx context.Context, r experiment.Record) error
 // UpdateExperiment writes an experiment's status, plan and report, and
 // its out where r's is set.
 func (s *Store) UpdateExperiment(ctx context.Context, r experiment.Record) error {
-	old, err := s.Experiment(ctx, r.ID)
+	old, err := s.experiment(ctx, r.ID, false) // its report is replaced, not read
 	if err != nil {
 		return err
 	}
@@ -115,7 +115,16 @@ func scanExperiment(row interface{ Scan(...any) error }, report bool) (experimen
 
 // Experiment reads an experiment, with its report.
 func (s *Store) Experiment(ctx context.Context, id string) (experiment.Record, error) {
-	r, err := scanExperiment(s.read.QueryRowContext(ctx, `SELECT `+experimentColumns+`, report, report_sum FROM experiments WHERE id = ?`, id), true)
+	return s.experiment(ctx, id, true)
+}
+
+// experiment reads an experiment, with its report or without.
+func (s *Store) experiment(ctx context.Context, id string, report bool) (experiment.Record, error) {
+	columns := experimentColumns
+	if report {
+		columns += `, report, report_sum`
+	}
+	r, err := scanExperiment(s.read.QueryRowContext(ctx, `SELECT `+columns+` FROM experiments WHERE id = ?`, id), report)
 	if errors.Is(err, sql.ErrNoRows) {
 		return r, fmt.Errorf("experiment %q: %w", id, flow.ErrNotFound)
 	}
