@@ -139,10 +139,14 @@ func (r *runner) end(out Outcome) Outcome {
 			sent[w.use.ID] = true
 		}
 		// The answer's text is that of the reply whose calls go, where
-		// it was released: a held turn's stays held.
+		// it was released: a held turn's stays held, and so does a
+		// withheld step's, which a turn that goes on reads back.
 		done.Response = ""
 		for i := len(this) - 1; i >= 0 && len(r.held) == 0; i-- {
 			if slices.ContainsFunc(this[i].ToolUsage, func(u flow.ToolUse) bool { return sent[u.ID] }) {
+				if this[i].Withheld != "" {
+					break
+				}
 				done.Response = this[i].Response
 				break
 			}

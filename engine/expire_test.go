@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"log/slog"
+	"strings"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -109,4 +110,51 @@ func run(t *testing.T, e *engine.Engine) string {
 		t.Fatalf("the run ended %s: %v", done.Status, err)
 	}
 	return id
+}
+
+// draftCaller writes a draft beside its client's call; a superego judges
+// the agent's turn.
+type draftCaller struct{}
+
+func (draftCaller) Act(ctx context.Context, t *engine.Task, emit func(flow.Event)) (engine.Reply, error) {
+	reply, err := clientCaller{}.Act(ctx, t, emit)
+	reply.Response = "SECRET-DRAFT-5e1d"
+	return reply, err
+}
+
+// A draft its judge holds stays held when the turn goes on and waits for
+// the client again: neither run's done carries it.
+func TestAHeldDraftBesideAClientCallStaysHeld(t *testing.T) {
+	t.Parallel()
+	def := mustParse(t, `{"name": "held", "graph": {"start": "agent", "nodes": {
+	  "agent": {"type": "inner_agent", "agent_id": "agent", "tools": ["client"], "permissions": {"default": "allow"},
+	    "transitions": {"COMPLETE": "judge", "NEEDS_TOOL": "self"}},
+	  "judge": {"type": "superego", "agent_id": "judge", "constitution": "c", "transitions": {"ACCEPT": null, "BLOCK": null}}}}}`)
+	e := &engine.Engine{
+		Flows: map[string]*flow.Flow{"held": {ID: "held", Def: def}},
+		Exec:  &engine.Executor{Agent: draftCaller{}},
+		Store: &memstore.Store{},
+		Log:   slog.New(slog.DiscardHandler),
+	}
+	var id string
+	for i, req := range []engine.Request{{FlowID: "held", Input: "write a.txt"}, {FlowID: "held", Continue: true}} {
+		if i > 0 {
+			req.InstanceID = id
+		}
+		var done flow.Done
+		err := e.Run(context.Background(), req, func(ev flow.Event) {
+			if b, _ := json.Marshal(ev.Data); strings.Contains(string(b), "SECRET-DRAFT") {
+				t.Errorf("run %d: %s carries the held draft: %s", i+1, ev.Name, b)
+			}
+			switch d := ev.Data.(type) {
+			case flow.RunStart:
+				id = d.InstanceID
+			case flow.Done:
+				done = d
+			}
+		})
+		if err != nil || done.Status != flow.StatusAwaitingToolResult || len(done.ToolCalls) != 1 || done.Response != "" {
+			t.Errorf("run %d: %v, %s, %d calls, response %q", i+1, err, done.Status, len(done.ToolCalls), done.Response)
+		}
+	}
 }
