@@ -115,11 +115,8 @@ func (e *Engine) start(ctx context.Context, req *Request, review *flow.Review, a
 	} else if inst.FlowID != req.FlowID {
 		return nil, nil, fmt.Errorf("instance %s runs flow %q, not %q: %w", instanceID, inst.FlowID, req.FlowID, flow.ErrInvalid)
 	}
-	for i, s := range req.Prior {
-		client := s.Role == flow.RoleSystem && s.AgentID == flow.ClientInstructions
-		if s.Role != flow.RoleUser && s.Role != flow.RoleAssistant && !client || !isNew {
-			return nil, nil, fmt.Errorf("prior message %d: a new instance's messages are user or assistant ones, or its client's instructions: %w", i, flow.ErrInvalid)
-		}
+	if err := req.checkPrior(isNew); err != nil {
+		return nil, nil, err
 	}
 	turn, err := e.turn(ctx, f, req.Options)
 	if err != nil {

@@ -88,10 +88,8 @@ func (e *Engine) dispatch(ctx context.Context, req *Request, review *flow.Review
 	if err := e.goOn(ctx, &turn, d.InstanceID, st, *req, review); err != nil {
 		return nil, err
 	}
-	for i, s := range req.Prior {
-		if s.Role != flow.RoleUser && s.Role != flow.RoleAssistant || d.Instance == nil {
-			return nil, fmt.Errorf("prior message %d: a new instance's messages are user or assistant ones: %w", i, flow.ErrInvalid)
-		}
+	if err := req.checkPrior(d.Instance != nil); err != nil {
+		return nil, err
 	}
 	d.Opening = e.Exec.Opening(turn)
 	now := time.Now().UTC()

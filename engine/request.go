@@ -1,6 +1,9 @@
 package engine
 
-import "superego/flow"
+import (
+	"fmt"
+	"superego/flow"
+)
 
 // Request is a run to start.
 type Request struct {
@@ -27,4 +30,17 @@ func (req Request) size() int64 {
 		n += int64(len(s.Response))
 	}
 	return n
+}
+
+// checkPrior checks the conversation before a request's input: only a
+// new instance has one, of user and assistant messages and its client's
+// instructions. A run here and one a replica takes check it alike.
+func (req Request) checkPrior(isNew bool) error {
+	for i, s := range req.Prior {
+		client := s.Role == flow.RoleSystem && s.AgentID == flow.ClientInstructions
+		if s.Role != flow.RoleUser && s.Role != flow.RoleAssistant && !client || !isNew {
+			return fmt.Errorf("prior message %d: a new instance's messages are user or assistant ones, or its client's instructions: %w", i, flow.ErrInvalid)
+		}
+	}
+	return nil
 }

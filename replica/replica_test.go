@@ -387,3 +387,32 @@ func (l *logLines) String() string {
 	defer l.mu.Unlock()
 	return l.b.String()
 }
+
+// A new instance's conversation, with its client's instructions as a
+// model API request brings them, starts on replicas as it does on one
+// server.
+func TestAConversationWithItsClientsInstructionsRunsOnReplicas(t *testing.T) {
+	u, _ := pgtest.Database(t)
+	g := newGate()
+	g.release()
+	a := replicaOf(t, u, model(t, g), 8)
+	ctx := context.Background()
+	prior := []flow.Step{{Role: flow.RoleSystem, AgentID: flow.ClientInstructions, Response: "Answer briefly."},
+		{Role: flow.RoleUser, AgentID: "user", Response: "hi"}, {Role: flow.RoleAssistant, AgentID: "assistant", Response: "hello"}}
+	sub, err := a.Start(ctx, engine.Request{FlowID: "calc", Input: "6*7", Prior: prior})
+	if err != nil {
+		t.Fatalf("a conversation with its client's instructions: %v", err)
+	}
+	var done flow.Done
+	for e := range sub.Events(ctx) {
+		if d, ok := e.Data.(flow.Done); ok {
+			done = d
+		}
+	}
+	if done.Status != flow.StatusCompleted {
+		t.Errorf("done %+v", done)
+	}
+	if _, err := a.Start(ctx, engine.Request{FlowID: "calc", InstanceID: sub.Instance, Input: "x", Prior: prior}); !errors.Is(err, flow.ErrInvalid) {
+		t.Errorf("a conversation for an instance that has one: %v", err)
+	}
+}
