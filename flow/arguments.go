@@ -8,6 +8,7 @@ import (
 	"io"
 	"maps"
 	"math"
+	"math/big"
 	"slices"
 	"strconv"
 	"strings"
@@ -37,6 +38,7 @@ func DecodeArguments(raw []byte, schema map[string]any) (json.RawMessage, map[st
 		raw = []byte("{}") // some providers send nothing for a call that takes no arguments
 	}
 	d := &argDecoder{dec: json.NewDecoder(bytes.NewReader(raw))}
+	d.dec.UseNumber() // each number is checked before it becomes a float64
 	d.enc = json.NewEncoder(&d.out)
 	d.enc.SetEscapeHTML(false) // "<" stays "<" for the judges to read
 	v, err := d.value("", 0)
@@ -102,8 +104,37 @@ func (d *argDecoder) value(at string, depth int) (any, error) {
 		d.out.WriteByte(']')
 		return list, nil
 	}
+	if n, ok := tok.(json.Number); ok {
+		if tok, err = number(at, n); err != nil {
+			return nil, err
+		}
+	}
 	d.put(tok) // a string, a float64, a bool or nil
 	return tok, nil
+}
+
+// exact is the largest magnitude up to which a float64 holds every whole
+// number: past it, 2^53+1 would be read as 2^53.
+const exact = 1 << 53
+
+// number is n as a float64, the one form every reader reads alike. A
+// number no float64 holds is refused, and so is one past 2^53 that a
+// float64 would change (a 64-bit id, say): the tool would run with
+// another value than the model wrote, and the judge would see that other.
+func number(at string, n json.Number) (float64, error) {
+	f, err := strconv.ParseFloat(string(n), 64)
+	if err != nil {
+		return 0, fmt.Errorf("cannot unmarshal number %s into Go value of type float64", n)
+	}
+	if math.Abs(f) >= exact {
+		// Past 2^53 a float64's exponent is at most 1023: 1100 bits hold
+		// such a number's whole part exactly.
+		x, _, err := big.ParseFloat(string(n), 10, 1100, big.ToNearestEven)
+		if err != nil || x.Cmp(big.NewFloat(f)) != 0 {
+			return 0, fmt.Errorf("%s is %s, a number past 2^53 that a float64 does not hold exactly; give it as a string", argName(at), n)
+		}
+	}
+	return f, nil
 }
 
 func (d *argDecoder) object(at string, depth int) (any, error) {

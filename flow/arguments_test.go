@@ -37,6 +37,9 @@ func TestDecodeArguments(t *testing.T) {
 		{"not JSON", `{"path": "a"`, nil, "not valid JSON (unexpected EOF)"},
 		{"two values", `{}{}`, nil, "more follows the arguments object"},
 		{"a number no float holds", `{"n": 1e400}`, nil, "cannot unmarshal number 1e400"},
+		{"a 64-bit id a float would round", `{"id": 12345678901234567890}`, nil, `"id" is 12345678901234567890, a number past 2^53 that a float64 does not hold exactly; give it as a string`},
+		{"2^53 + 1", `{"a": [9007199254740993]}`, nil, `"a[0]" is 9007199254740993, a number past 2^53`},
+		{"large numbers a float holds exactly", `{"a": 9007199254740992, "b": 1e20, "c": -18446744073709551616}`, nil, `{"a":9007199254740992,"b":100000000000000000000,"c":-18446744073709552000}`},
 		{"too deep", deep, nil, "the arguments nest deeper than 64 levels"},
 
 		{"the schema's arguments", `{"path": "notes/a", "content": ""}`, writeSchema, `{"path":"notes/a","content":""}`},
