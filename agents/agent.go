@@ -434,10 +434,7 @@ func (a *Agent) prepare(t *engine.Task, o *offered, c llms.ToolCall, i int, time
 	tool := o.tools[i]
 	info := infoOf(tool)
 	if tool.Client {
-		prefix := "call_"
-		if t.Client.Wire == gateway.Messages {
-			prefix = "toolu_"
-		}
+		prefix := gateway.IDPrefix(t.Client.Wire)
 		if !strings.HasPrefix(use.ID, prefix) || len(use.ID) != len(prefix)+32 {
 			use.ID = prefix + flow.NewCallID() // the id the client answers with: it names this call only
 		}

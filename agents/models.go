@@ -142,7 +142,7 @@ func (p *Providers) build(spec string) (Model, error) {
 			opts = append(opts, anthropic.WithBaseURL(base))
 		}
 		m.LLM, err = anthropic.New(opts...)
-		m.Options = []llms.CallOption{llms.WithMaxTokens(4096)}
+		m.Options = []llms.CallOption{llms.WithMaxTokens(gateway.DefaultMaxTokens)}
 		m.Upstream = &gateway.Upstream{Wire: gateway.Messages, BaseURL: cmp.Or(p.AnthropicBaseURL, "https://api.anthropic.com"), Key: p.AnthropicKey, Client: client}
 	default:
 		return Model{}, fmt.Errorf("unknown provider %q (providers: %s)", provider, strings.Join(ProviderNames, ", "))

@@ -104,11 +104,7 @@ func (s *Server) requireAPIKey(next http.Handler) http.Handler {
 			return
 		}
 		token, ok := key(r)
-		match := 0
-		for _, k := range s.APIKeys {
-			match |= subtle.ConstantTimeCompare([]byte(token), []byte(k))
-		}
-		if !ok || match != 1 {
+		if !ok || !oneOf(token, s.APIKeys) {
 			msg := "Incorrect API key provided: it is not one of the server's SUPEREGO_API_KEYS."
 			if !ok {
 				msg = "You didn't provide an API key: send one of the server's SUPEREGO_API_KEYS as Authorization: Bearer KEY, or x-api-key: KEY."

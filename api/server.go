@@ -599,15 +599,23 @@ func bearer(r *http.Request) (string, bool) {
 	return token, strings.EqualFold(scheme, "Bearer") && token != ""
 }
 
-// apiKey reports whether the request carries one of APIKeys, compared with
-// every key in constant time.
+// apiKey reports whether the request carries one of APIKeys as a bearer
+// token.
 func (s *Server) apiKey(r *http.Request) bool {
 	token, ok := bearer(r)
+	return ok && oneOf(token, s.APIKeys)
+}
+
+// oneOf reports whether token is one of keys, compared with every key in
+// constant time; an empty key is no key.
+func oneOf(token string, keys []string) bool {
 	match := 0
-	for _, k := range s.APIKeys {
-		match |= subtle.ConstantTimeCompare([]byte(token), []byte(k))
+	for _, k := range keys {
+		if k != "" {
+			match |= subtle.ConstantTimeCompare([]byte(token), []byte(k))
+		}
 	}
-	return ok && match == 1
+	return match == 1
 }
 
 // experimenter lets a request through to a route that starts or stops an

@@ -121,13 +121,7 @@ func (s *Server) user(token string) (User, bool) {
 // knownKey reports whether token is a key of SUPEREGO_API_KEYS or the
 // admin token: keys that bring no stack, and are no mistake.
 func (s *Server) knownKey(token string) bool {
-	match := 0
-	for _, k := range append(slices.Clip(s.APIKeys), s.AdminToken) {
-		if k != "" {
-			match |= subtle.ConstantTimeCompare([]byte(token), []byte(k))
-		}
-	}
-	return match == 1
+	return oneOf(token, append(slices.Clip(s.APIKeys), s.AdminToken))
 }
 
 // picksOf reads GET /flow/execute's constitutions: "NAME[:LEVEL],…", as a

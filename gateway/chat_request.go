@@ -3,6 +3,7 @@ package gateway
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -132,7 +133,7 @@ func object(body []byte) (map[string]json.RawMessage, error) {
 	var fields map[string]json.RawMessage
 	if err := json.Unmarshal(body, &fields); err != nil || fields == nil {
 		msg := "the body is not a JSON object"
-		if syntax := (*json.SyntaxError)(nil); asSyntax(err, &syntax) {
+		if errors.As(err, new(*json.SyntaxError)) {
 			msg = "the body is not valid JSON: " + err.Error()
 		}
 		return nil, invalid("", "invalid_json", "We could not parse the JSON body of your request: %s.", msg)
@@ -203,12 +204,6 @@ func join(at, key string) string {
 		return key
 	}
 	return at + "." + key
-}
-
-func asSyntax(err error, target **json.SyntaxError) bool {
-	s, ok := err.(*json.SyntaxError)
-	*target = s
-	return ok
 }
 
 // asks reports whether a refused parameter's value asks for something: it
@@ -510,7 +505,7 @@ func readChatMessages(r *Request, raw json.RawMessage) error {
 			it.Role, it.Parts = RoleSystem, parts
 		case "user":
 			it.Parts = parts
-			if strings.TrimSpace(textOf(parts)) == "" && !slices.ContainsFunc(parts, func(p Part) bool { return p.Kind == PartImage }) {
+			if strings.TrimSpace(Item{Parts: parts}.Text()) == "" && !slices.ContainsFunc(parts, func(p Part) bool { return p.Kind == PartImage }) {
 				return invalid(at+".content", "invalid_value", "Invalid '%s.content': a user's message must not be empty.", at)
 			}
 		case "assistant":
@@ -531,7 +526,7 @@ func readChatMessages(r *Request, raw json.RawMessage) error {
 			if msg.ToolCallID == nil || *msg.ToolCallID == "" {
 				return invalid(at+".tool_call_id", "missing_required_parameter", "Missing required parameter: '%s.tool_call_id'.", at)
 			}
-			it.Parts = []Part{{Kind: PartResult, Result: &Result{CallID: *msg.ToolCallID, Output: textOf(parts)}}}
+			it.Parts = []Part{{Kind: PartResult, Result: &Result{CallID: *msg.ToolCallID, Output: Item{Parts: parts}.Text()}}}
 		case "function":
 			return invalid(at+".role", "unsupported_value", "Unsupported value: '%s.role' is \"function\": send a tool's result as a \"tool\" message.", at)
 		default:
@@ -623,17 +618,6 @@ func (im *Image) url() string {
 		return im.URL
 	}
 	return "data:" + im.MediaType + ";base64," + im.Data
-}
-
-// textOf joins the text of parts.
-func textOf(parts []Part) string {
-	var texts []string
-	for _, p := range parts {
-		if p.Kind == PartText {
-			texts = append(texts, p.Text)
-		}
-	}
-	return strings.Join(texts, "\n")
 }
 
 // chatCalls reads an assistant message's tool_calls.

@@ -241,8 +241,6 @@ type chatUsageIn struct {
 // readChatReply reads a chat completion object.
 func readChatReply(body io.Reader, sink Sink) (Reply, error) {
 	var obj struct {
-		ID      string `json:"id"`
-		Model   string `json:"model"`
 		Choices []struct {
 			Message struct {
 				Content   *string       `json:"content"`
@@ -260,7 +258,7 @@ func readChatReply(body io.Reader, sink Sink) (Reply, error) {
 		return Reply{}, &UpstreamError{Status: 200, Body: "a chat completion with no choices"}
 	}
 	c := obj.Choices[0]
-	reply := Reply{ID: obj.ID, Model: obj.Model, Stop: chatStops[c.FinishReason]}
+	reply := Reply{Stop: chatStops[c.FinishReason]}
 	if c.Message.Content != nil {
 		reply.Text = *c.Message.Content
 	}
@@ -297,8 +295,6 @@ func readChatStream(body io.Reader, sink Sink) (Reply, error) {
 			return true, nil
 		}
 		var chunk struct {
-			ID      string `json:"id"`
-			Model   string `json:"model"`
 			Choices []struct {
 				Delta struct {
 					Content   *string `json:"content"`
@@ -323,7 +319,6 @@ func readChatStream(body io.Reader, sink Sink) (Reply, error) {
 		if chunk.Error != nil {
 			return false, &UpstreamError{Status: 200, Body: string(chunk.Error)}
 		}
-		reply.ID, reply.Model = cmp.Or(reply.ID, chunk.ID), cmp.Or(reply.Model, chunk.Model)
 		if chunk.Usage != nil {
 			reply.Usage = Usage{chunk.Usage.PromptTokens, chunk.Usage.CompletionTokens}
 		}

@@ -266,8 +266,6 @@ type contentBlock struct {
 // readMessagesReply reads a message object.
 func readMessagesReply(body io.Reader, sink Sink) (Reply, error) {
 	var obj struct {
-		ID         string            `json:"id"`
-		Model      string            `json:"model"`
 		Content    []json.RawMessage `json:"content"`
 		StopReason string            `json:"stop_reason"`
 		Usage      messagesUsage     `json:"usage"`
@@ -275,7 +273,7 @@ func readMessagesReply(body io.Reader, sink Sink) (Reply, error) {
 	if err := json.NewDecoder(io.LimitReader(body, maxEvent)).Decode(&obj); err != nil {
 		return Reply{}, &UpstreamError{Status: 200, Body: "not a message: " + err.Error()}
 	}
-	reply := Reply{ID: obj.ID, Model: obj.Model, Stop: messagesStops[obj.StopReason], Usage: Usage{obj.Usage.input(), obj.Usage.OutputTokens}}
+	reply := Reply{Stop: messagesStops[obj.StopReason], Usage: Usage{obj.Usage.input(), obj.Usage.OutputTokens}}
 	var text strings.Builder
 	for _, raw := range obj.Content {
 		var b contentBlock
@@ -320,8 +318,6 @@ func readMessagesStream(body io.Reader, sink Sink) (Reply, error) {
 			Type    string `json:"type"`
 			Index   int    `json:"index"`
 			Message *struct {
-				ID    string        `json:"id"`
-				Model string        `json:"model"`
 				Usage messagesUsage `json:"usage"`
 			} `json:"message"`
 			ContentBlock json.RawMessage `json:"content_block"`
@@ -342,7 +338,6 @@ func readMessagesStream(body io.Reader, sink Sink) (Reply, error) {
 		switch ev.Type {
 		case "message_start":
 			if m := ev.Message; m != nil {
-				reply.ID, reply.Model = m.ID, m.Model
 				reply.Usage = Usage{m.Usage.input(), m.Usage.OutputTokens}
 			}
 		case "content_block_start":

@@ -15,8 +15,6 @@ import (
 // Reply is an upstream model's answer: its text, its calls, why it
 // stopped and what it cost.
 type Reply struct {
-	ID    string
-	Model string // as the upstream named it
 	Text  string
 	Calls []Call
 	Stop  string
