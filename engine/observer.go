@@ -128,8 +128,7 @@ func (r *runner) nodeEnded(ctx context.Context, node *flow.Node, stepID string, 
 }
 
 func (r *runner) iteration(node *flow.Node, stepID string, speculative bool) Iteration {
-	return Iteration{RunInfo: RunInfo{FlowID: r.t.FlowID, InstanceID: r.t.InstanceID, RunID: r.t.RunID, Resumed: r.t.Resume && !r.t.Opened},
-		Node: node, StepID: stepID, Speculative: speculative}
+	return Iteration{RunInfo: r.t.info(), Node: node, StepID: stepID, Speculative: speculative}
 }
 
 func (o *Observer) stepped(flowID string, node *flow.Node, decision, basis string) {

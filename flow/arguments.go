@@ -147,13 +147,14 @@ func (d *argDecoder) object(at string, depth int) (any, error) {
 			return nil, err
 		}
 		key := tok.(string) // the decoder gives nothing else where a key goes
-		switch first, seen := folded[foldCase(key)]; {
+		fold := foldCase(key)
+		switch first, seen := folded[fold]; {
 		case seen && first == key:
 			return nil, fmt.Errorf("%s is given twice", argName(join(at, key)))
 		case seen:
 			return nil, fmt.Errorf("%s and %s are the same key when case is ignored; give it once", argName(join(at, first)), argName(join(at, key)))
 		}
-		folded[foldCase(key)] = key
+		folded[fold] = key
 		if i > 0 {
 			d.out.WriteByte(',')
 		}

@@ -259,6 +259,6 @@ func (n *Node) Denies(tool string) bool {
 		return false
 	}
 	return slices.ContainsFunc(n.Permissions.rules, func(r rule) bool {
-		return r.effect == EffectDeny && len(r.conds) == 0 && r.match(tool, nil)
+		return r.effect == EffectDeny && len(r.conds) == 0 && r.on(tool)
 	})
 }

@@ -39,6 +39,7 @@ import (
 	"superego/agents"
 	"superego/agents/agentstest"
 	"superego/bench/internal/loopback"
+	"superego/bench/internal/stats"
 	"superego/bench/internal/wiretap"
 	"superego/flow"
 )
@@ -211,22 +212,20 @@ func serve(flowsDir, constitutionsDir, modelURL, store, dir string) (url string,
 	return loopback.Server{Flows: map[string]*flow.Flow{"guarded_agent": {ID: "guarded_agent", Def: def}}, ModelURL: modelURL, Store: store, Dir: dir}.Serve()
 }
 
-// stats are a sample's median and spread.
-type stats struct {
+// spread is a sample's median and spread.
+type spread struct {
 	Median float64 `json:"median"`
 	P10    float64 `json:"p10"`
 	P90    float64 `json:"p90"`
 }
 
-func summarize(xs []float64) stats {
+func summarize(xs []float64) spread {
 	s := slices.Clone(xs)
 	slices.Sort(s)
 	n := len(s)
 	round := func(x float64) float64 { return math.Round(x*100) / 100 }
-	return stats{round((s[(n-1)/2] + s[n/2]) / 2), round(s[n/10]), round(s[n*9/10])}
+	return spread{round(stats.Median(s)), round(s[n/10]), round(s[n*9/10])}
 }
-
-func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1e3 }
 
 func main() {
 	rounds := flag.Int("rounds", 100, "measured tasks of each kind, interleaved")
@@ -300,28 +299,28 @@ func run(rounds, warmup int, store, flowsDir, constitutionsDir string) error {
 		for i := range requests {
 			added, judges := g[i].took-d[i].took, g[i].judges
 			for _, s := range []*series{&byRequest[i], &byRequest[requests]} {
-				s.guarded = append(s.guarded, ms(g[i].took))
-				s.direct = append(s.direct, ms(d[i].took))
-				s.added = append(s.added, ms(added))
-				s.judges = append(s.judges, ms(judges))
-				s.overhead = append(s.overhead, ms(added-judges))
+				s.guarded = append(s.guarded, stats.Ms(g[i].took))
+				s.direct = append(s.direct, stats.Ms(d[i].took))
+				s.added = append(s.added, stats.Ms(added))
+				s.judges = append(s.judges, stats.Ms(judges))
+				s.overhead = append(s.overhead, stats.Ms(added-judges))
 			}
 			tg, td, tj = tg+g[i].took, td+d[i].took, tj+judges
 		}
-		task.guarded = append(task.guarded, ms(tg))
-		task.direct = append(task.direct, ms(td))
-		task.added = append(task.added, ms(tg-td))
-		task.judges = append(task.judges, ms(tj))
-		task.overhead = append(task.overhead, ms(tg-td-tj))
+		task.guarded = append(task.guarded, stats.Ms(tg))
+		task.direct = append(task.direct, stats.Ms(td))
+		task.added = append(task.added, stats.Ms(tg-td))
+		task.judges = append(task.judges, stats.Ms(tj))
+		task.overhead = append(task.overhead, stats.Ms(tg-td-tj))
 	}
 
 	fmt.Printf("agent_overhead: %d tasks of each kind (after %d warm-up), interleaved; %d requests a task; agent %s, judges %s a reply; store %s; GOMAXPROCS %d\n\n",
 		rounds, warmup, requests, agentTime, judgeTime, store, runtime.GOMAXPROCS(0))
 	fmt.Printf("%-12s %-24s %-24s %-24s %-24s %s\n", "ms: median (p10–p90)", "guarded_agent", "straight to the model", "added", "judges' own time", "added beyond the judges")
-	out := map[string]any{"bench": "agent_overhead", "rounds": rounds, "store": store, "agent_ms": ms(agentTime), "judge_ms": ms(judgeTime),
+	out := map[string]any{"bench": "agent_overhead", "rounds": rounds, "store": store, "agent_ms": stats.Ms(agentTime), "judge_ms": stats.Ms(judgeTime),
 		"go": runtime.Version(), "gomaxprocs": runtime.GOMAXPROCS(0)}
-	line := func(name string, s series) map[string]stats {
-		row := map[string]stats{"guarded": summarize(s.guarded), "direct": summarize(s.direct), "added": summarize(s.added),
+	line := func(name string, s series) map[string]spread {
+		row := map[string]spread{"guarded": summarize(s.guarded), "direct": summarize(s.direct), "added": summarize(s.added),
 			"judges": summarize(s.judges), "overhead": summarize(s.overhead)}
 		fmt.Printf("%-20s", name)
 		for _, k := range []string{"guarded", "direct", "added", "judges", "overhead"} {

@@ -341,8 +341,6 @@ func differ(a, b []byte) []string {
 	return out
 }
 
-func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1e3 }
-
 func main() {
 	rounds := flag.Int("rounds", 50, "measured tasks of each kind, interleaved")
 	warmup := flag.Int("warmup", 3, "unmeasured rounds first")
@@ -432,10 +430,10 @@ func run(rounds, warmup int, store, flowsDir, constitutionsDir string) error {
 					order = append(order, k)
 				}
 				for _, x := range samples {
-					s.through = append(s.through, ms(x.through))
-					s.straight = append(s.straight, ms(x.straight))
-					s.judges = append(s.judges, ms(x.judges))
-					s.beyond = append(s.beyond, ms(x.through-x.straight-x.judges))
+					s.through = append(s.through, stats.Ms(x.through))
+					s.straight = append(s.straight, stats.Ms(x.straight))
+					s.judges = append(s.judges, stats.Ms(x.judges))
+					s.beyond = append(s.beyond, stats.Ms(x.through-x.straight-x.judges))
 					s.n++
 					if p.same {
 						for _, f := range x.differ {
