@@ -211,11 +211,13 @@ func (c *frameCache) follow(instance string) (unfollow func()) {
 	return func() {
 		c.mu.Lock()
 		defer c.mu.Unlock()
-		if c.followers[instance]--; c.followers[instance] > 1 {
+		// Small frames are kept only while two streams follow: they go
+		// when the second to last stream leaves, and the last finds none.
+		if c.followers[instance]--; c.followers[instance] != 1 {
+			if c.followers[instance] == 0 {
+				delete(c.followers, instance)
+			}
 			return
-		}
-		if c.followers[instance] == 0 {
-			delete(c.followers, instance)
 		}
 		kept := c.order[:0]
 		for _, k := range c.order {
