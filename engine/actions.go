@@ -97,9 +97,10 @@ type Calls struct {
 
 // call is one proposed call and how it was decided.
 type call struct {
-	use  flow.ToolUse
-	info ToolInfo
-	run  Run
+	use     flow.ToolUse
+	written json.RawMessage // use.Input as the model wrote it, before it was decoded
+	info    ToolInfo
+	run     Run
 	// preset: decided already, by a person's review, or refused because
 	// its arguments do not decode
 	preset bool
@@ -141,6 +142,13 @@ type Run func(ctx context.Context, input json.RawMessage) Result
 // decode, or that info's parameters do not accept, never runs: the model
 // reads why.
 func (c *Calls) Propose(i int, use flow.ToolUse, info ToolInfo, run Run) {
+	written := use.Input
+	c.mu.Lock()
+	same := i < len(c.calls) && c.calls[i] != nil && c.calls[i].use.ToolName == use.ToolName && string(c.calls[i].written) == string(written)
+	c.mu.Unlock()
+	if same { // a streamed call proposed again once the reply ends: decoded already
+		return
+	}
 	input, args, invalid := flow.DecodeArguments(use.Input, info.Parameters)
 	if invalid == nil {
 		use.Input = input
@@ -158,7 +166,7 @@ func (c *Calls) Propose(i int, use flow.ToolUse, info ToolInfo, run Run) {
 		}
 		c.forgetting.Go(func() { c.forget(old) })
 	}
-	k := &call{use: use, info: info, run: run, decided: make(chan struct{})}
+	k := &call{use: use, written: written, info: info, run: run, decided: make(chan struct{})}
 	c.calls[i] = k
 	if invalid != nil {
 		k.use.Refused, k.use.Output, k.preset = true, "refused: invalid arguments: "+invalid.Error(), true
