@@ -13,10 +13,6 @@ import (
 // whatever For changed written anew, and superego's own field left out; any
 // other client's is translated.
 func (r *Request) encodeChat() ([]byte, error) {
-	msgs, err := json.Marshal(r.chatMessages())
-	if err != nil {
-		return nil, err
-	}
 	out := map[string]json.RawMessage{}
 	if r.Wire == Chat {
 		out = maps.Clone(r.fields)
@@ -26,7 +22,7 @@ func (r *Request) encodeChat() ([]byte, error) {
 		out[name], _ = json.Marshal(v)
 	}
 	set("model", r.Model)
-	out["messages"] = msgs
+	out["messages"] = list(r.chatMessages())
 	if r.Wire == Chat {
 		if r.changed.tools {
 			set("tools", r.chatTools())

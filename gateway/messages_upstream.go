@@ -28,7 +28,7 @@ func (r *Request) encodeMessages() ([]byte, error) {
 	}
 	set("model", r.Model)
 	system, msgs := r.anthropicMessages()
-	set("messages", msgs)
+	out["messages"] = list(msgs)
 	if own {
 		if r.changed.system {
 			set("system", system)

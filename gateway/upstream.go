@@ -201,3 +201,16 @@ func whole(args string) bool {
 	args = strings.TrimSpace(args)
 	return strings.HasSuffix(args, "}") && json.Valid([]byte(args))
 }
+
+// list is items as one JSON array, as they are: the request they go into
+// is encoded once, which compacts and checks them then.
+func list(items []json.RawMessage) json.RawMessage {
+	out := []byte{'['}
+	for i, it := range items {
+		if i > 0 {
+			out = append(out, ',')
+		}
+		out = append(out, it...)
+	}
+	return append(out, ']')
+}
