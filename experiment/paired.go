@@ -198,14 +198,14 @@ func outcomesByPair(outcomes []Outcome) map[pairKey]Outcome {
 // being visited.
 func compare(plan *Plan, a, b string, by map[string][]Outcome) Comparison {
 	c := Comparison{A: a, B: b}
-	bs := outcomesByPair(by[b])
+	as, bs := outcomesByPair(by[a]), outcomesByPair(by[b])
 	pairings := make([]pairing, len(measures))
 	for i, m := range measures {
 		pairings[i] = newPairing(m.paired(&c), m.verb, len(plan.Samples))
 	}
 	var agree agreeing
 	index := plan.sampleIndex()
-	for k, oa := range pairsOf(by[a]) {
+	for k, oa := range pairsOf(by[a], as) {
 		si, known := index[[2]string{k.label, k.id}]
 		ob, ok := bs[k]
 		if !known || !ok || oa.apart() || ob.apart() {
@@ -238,7 +238,7 @@ func underAttack(plan *Plan, outcomes []Outcome) *Paired {
 	by := outcomesByPair(outcomes)
 	p := newPairing(&Paired{}, "completed", len(plan.Samples))
 	index := plan.sampleIndex()
-	for k, under := range pairsOf(outcomes) {
+	for k, under := range pairsOf(outcomes, by) {
 		si, known := index[[2]string{k.label, k.id}]
 		if !known || !attacked(plan.Samples[si]) {
 			continue
@@ -258,11 +258,10 @@ func underAttack(plan *Plan, outcomes []Outcome) *Paired {
 }
 
 // pairsOf is outcomes by their pair's key, in their order (the plan's:
-// by repeat, then sample), each key once: the last outcome of a key, as
-// outcomesByPair keeps it.
-func pairsOf(outcomes []Outcome) iter.Seq2[pairKey, Outcome] {
+// by repeat, then sample), each key once: the outcome last, which
+// outcomesByPair keeps for it.
+func pairsOf(outcomes []Outcome, last map[pairKey]Outcome) iter.Seq2[pairKey, Outcome] {
 	return func(yield func(pairKey, Outcome) bool) {
-		last := outcomesByPair(outcomes)
 		seen := make(map[pairKey]bool, len(last))
 		for _, o := range outcomes {
 			k := pairKey{o.Label, o.SampleID, o.Repeat}
