@@ -5,6 +5,7 @@
 package agentstest
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -238,6 +239,7 @@ func NewOpenAI(script func(Request) Answer) *Server {
 		if !ok {
 			return
 		}
+		served := cmp.Or(a.Model, body.Model) // the model the reply names
 		if !body.Stream {
 			// A chat completion object, whole.
 			msg := map[string]any{"role": "assistant", "content": a.Text, "refusal": nil, "annotations": []any{}}
@@ -253,7 +255,7 @@ func NewOpenAI(script func(Request) Answer) *Server {
 				}
 			}
 			w.Header().Set("Content-Type", "application/json")
-			json.NewEncoder(w).Encode(map[string]any{"id": "chatcmpl-fake", "object": "chat.completion", "created": 1, "model": body.Model,
+			json.NewEncoder(w).Encode(map[string]any{"id": "chatcmpl-fake", "object": "chat.completion", "created": 1, "model": served,
 				"choices": []any{map[string]any{"index": 0, "message": msg, "finish_reason": finish}},
 				"usage":   map[string]int{"prompt_tokens": 11, "completion_tokens": 7, "total_tokens": 18}})
 			return
@@ -263,10 +265,6 @@ func NewOpenAI(script func(Request) Answer) *Server {
 			b, _ := json.Marshal(v)
 			fmt.Fprintf(w, "data: %s\n\n", b)
 			w.(http.Flusher).Flush()
-		}
-		served := body.Model
-		if a.Model != "" {
-			served = a.Model
 		}
 		chunk := func(delta map[string]any, finish any) map[string]any {
 			return map[string]any{"id": "chatcmpl-fake", "object": "chat.completion.chunk", "created": 1, "model": served,
@@ -382,6 +380,7 @@ func NewAnthropic(script func(Request) Answer) *Server {
 		if !ok {
 			return
 		}
+		served := cmp.Or(a.Model, body.Model) // the model the reply names
 		if !body.Stream {
 			// A message object, whole.
 			content := []any{}
@@ -393,7 +392,7 @@ func NewAnthropic(script func(Request) Answer) *Server {
 				content, stop = append(content, map[string]any{"type": "tool_use", "id": tc.ID, "name": tc.Name, "input": json.RawMessage(tc.Args)}), "tool_use"
 			}
 			w.Header().Set("Content-Type", "application/json")
-			json.NewEncoder(w).Encode(map[string]any{"id": "msg_fake", "type": "message", "role": "assistant", "model": body.Model, "content": content,
+			json.NewEncoder(w).Encode(map[string]any{"id": "msg_fake", "type": "message", "role": "assistant", "model": served, "content": content,
 				"stop_reason": stop, "stop_sequence": nil, "usage": map[string]int{"input_tokens": 13, "output_tokens": 9}})
 			return
 		}
@@ -402,10 +401,6 @@ func NewAnthropic(script func(Request) Answer) *Server {
 			b, _ := json.Marshal(v)
 			fmt.Fprintf(w, "event: %s\ndata: %s\n\n", event, b)
 			w.(http.Flusher).Flush()
-		}
-		served := body.Model
-		if a.Model != "" {
-			served = a.Model
 		}
 		send("message_start", map[string]any{"type": "message_start", "message": map[string]any{
 			"id": "msg_fake", "type": "message", "role": "assistant", "model": served, "content": []any{},
