@@ -242,8 +242,8 @@ func judgeDecisions(kind string) []string {
 // judge asks a judge node about an action. It runs on its own goroutine.
 func (c *Calls) judge(judge *flow.Node, a *Action) (v *verdict) {
 	v = &verdict{judge: judge, kind: a.Kind, input: a.text(), stack: stackFor(judge, c.stack), start: time.Now()}
-	t := &Task{FlowID: c.flowID, InstanceID: c.task.InstanceID, Cache: c.task.Cache, Tags: c.task.Tags, Node: judge, History: c.task.History,
-		UserMessage: c.task.UserMessage, Input: v.input, InputFrom: c.node.AgentID, Decisions: judgeDecisions(a.Kind), Action: a, Stack: v.stack}
+	t := c.task.forJudge(judge, c.node, v.stack)
+	t.Input, t.Decisions, t.Action = v.input, judgeDecisions(a.Kind), a
 	defer func() {
 		if p := recover(); p != nil {
 			v.err = fmt.Errorf("panic in judge %s: %v", judge.Name, p)

@@ -335,3 +335,11 @@ func (t *Task) Hidden() []string {
 func (t *Task) Held() bool {
 	return t.Node.Judged() || t.BeforeWrite != nil || t.Chunk != nil || t.Action != nil
 }
+
+// forJudge is the task of judge, asked about what agent's task t does (a
+// call, a result, a chunk of its draft) under stack: the conversation is
+// t's; what the judge reads of the agent, its caller sets.
+func (t *Task) forJudge(judge, agent *flow.Node, stack []flow.Layer) *Task {
+	return &Task{FlowID: t.FlowID, InstanceID: t.InstanceID, Cache: t.Cache, Tags: t.Tags, Node: judge, History: t.History,
+		UserMessage: t.UserMessage, InputFrom: agent.AgentID, Stack: stack}
+}

@@ -127,9 +127,8 @@ func cutPoint(text []rune, from, size int) int {
 // judgeChunk asks the judge about one chunk, then sends what is ready.
 func (c *chunker) judgeChunk(j *judgement, before string) {
 	defer c.wg.Done()
-	t := &Task{FlowID: c.task.FlowID, InstanceID: c.task.InstanceID, Cache: c.task.Cache, Tags: c.task.Tags, Node: c.judge, History: c.task.History,
-		UserMessage: c.task.UserMessage, InputFrom: c.agent.AgentID, Decisions: c.judge.Decisions(),
-		Chunk: &DraftChunk{Before: before, Text: j.text}, Stack: stackFor(c.judge, c.r.stack)}
+	t := c.task.forJudge(c.judge, c.agent, stackFor(c.judge, c.r.stack))
+	t.Decisions, t.Chunk = c.judge.Decisions(), &DraftChunk{Before: before, Text: j.text}
 	reply, err := c.act(t)
 	c.mu.Lock()
 	defer c.mu.Unlock()
