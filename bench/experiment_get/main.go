@@ -32,9 +32,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -305,7 +303,7 @@ func getJSON(url string, v any) error {
 // peak runs f while it samples the process's resident set every 5 ms, and
 // returns the set's peak above what it was before, in MiB.
 func peak(pid int, f func() error) (float64, error) {
-	before, err := rss(pid)
+	before, err := serving.MiB(pid, "VmRSS")
 	if err != nil {
 		return 0, err
 	}
@@ -314,7 +312,7 @@ func peak(pid int, f func() error) (float64, error) {
 	var wg sync.WaitGroup
 	wg.Go(func() {
 		for {
-			if v, err := rss(pid); err == nil {
+			if v, err := serving.MiB(pid, "VmRSS"); err == nil {
 				high = max(high, v)
 			}
 			select {
@@ -328,22 +326,6 @@ func peak(pid int, f func() error) (float64, error) {
 	close(done)
 	wg.Wait()
 	return high - before, err
-}
-
-var vmRSSRe = regexp.MustCompile(`VmRSS:\s+(\d+) kB`)
-
-// rss is a process's resident set now, in MiB.
-func rss(pid int) (float64, error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		return 0, err
-	}
-	s := vmRSSRe.FindSubmatch(b)
-	if s == nil {
-		return 0, fmt.Errorf("no VmRSS for process %d", pid)
-	}
-	kb, _ := strconv.ParseFloat(string(s[1]), 64)
-	return kb / 1024, nil
 }
 
 // spread is the median of f over ms, with its range.

@@ -29,9 +29,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -365,25 +363,11 @@ func post(url, body string, wantJSON bool) int {
 	return resp.StatusCode
 }
 
-var statusRe = map[string]*regexp.Regexp{}
-
-// status reads a field of /proc/PID/status, in MiB.
+// status reads a field of /proc/PID/status, in MiB; 0 where the process
+// is gone.
 func status(pid int, field string) float64 {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		return 0
-	}
-	re, ok := statusRe[field]
-	if !ok {
-		re = regexp.MustCompile(field + `:\s+(\d+) kB`)
-		statusRe[field] = re
-	}
-	m := re.FindSubmatch(b)
-	if m == nil {
-		return 0
-	}
-	kb, _ := strconv.ParseFloat(string(m[1]), 64)
-	return kb / 1024
+	v, _ := serving.MiB(pid, field)
+	return v
 }
 
 func statuses(codes []int) string {

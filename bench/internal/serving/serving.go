@@ -6,9 +6,13 @@ package serving
 import (
 	"bufio"
 	"errors"
+	"fmt"
 	"io"
+	"os"
 	"os/exec"
 	"regexp"
+	"strconv"
+	"strings"
 )
 
 // listening is the line with which the server says where it listens.
@@ -36,4 +40,20 @@ func Start(cmd *exec.Cmd) (addr string, err error) {
 	cmd.Process.Kill()
 	cmd.Wait()
 	return "", errors.New("the server did not start")
+}
+
+// MiB is a field of a process's /proc/PID/status, "VmRSS" (its resident
+// set now) or "VmHWM" (its peak), in MiB.
+func MiB(pid int, field string) (float64, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0, err
+	}
+	for line := range strings.Lines(string(b)) {
+		if v, ok := strings.CutPrefix(line, field+":"); ok {
+			kb, err := strconv.ParseFloat(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 64)
+			return kb / 1024, err
+		}
+	}
+	return 0, fmt.Errorf("no %s for process %d", field, pid)
 }
