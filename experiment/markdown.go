@@ -453,9 +453,17 @@ func adjustedText(p *Paired) string {
 	return pValue(*p.PAdjusted)
 }
 
+// adjustNames name the ways of adjusting p-values in a sentence.
+var adjustNames = map[string]string{AdjustHolm: "Holm", AdjustBH: "Benjamini–Hochberg", AdjustNone: "none"}
+
 // adjustName names a way of adjusting p-values in a sentence; "" none.
-func adjustName(method string) string {
-	return map[string]string{AdjustHolm: "Holm", AdjustBH: "Benjamini–Hochberg", AdjustNone: "none"}[method]
+func adjustName(method string) string { return adjustNames[method] }
+
+// KnownAdjust reports whether method is a way of adjusting p-values:
+// AdjustHolm, AdjustBH or AdjustNone.
+func KnownAdjust(method string) bool {
+	_, ok := adjustNames[method]
+	return ok
 }
 
 func errorsText(c ConditionReport) string {

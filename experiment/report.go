@@ -256,7 +256,7 @@ func buildReport(rec Record, plan *Plan, outcomes []Outcome, judge JudgeInfo) *R
 // experiment, each with a shallow copy, and one reader's method is not
 // another's.
 func (r *Report) AdjustP(method string) bool {
-	if method != AdjustHolm && method != AdjustBH && method != AdjustNone {
+	if !KnownAdjust(method) {
 		return false
 	}
 	r.Comparisons, r.Conditions = slices.Clone(r.Comparisons), slices.Clone(r.Conditions)

@@ -281,7 +281,7 @@ func parseConfig(cmd string, args []string, getenv func(string) string, stderr i
 	default:
 		return c, nil, fmt.Errorf("experiments-auth: %q is not open, keys or admin", c.ExperimentsAuth)
 	}
-	if cmd == "experiment" && c.Adjust != experiment.AdjustHolm && c.Adjust != experiment.AdjustBH && c.Adjust != experiment.AdjustNone {
+	if cmd == "experiment" && !experiment.KnownAdjust(c.Adjust) {
 		return c, nil, fmt.Errorf("adjust: %q is not holm, bh or none", c.Adjust)
 	}
 	if cmd == "serve" || cmd == "run" || cmd == "validate" || cmd == "experiment" {
