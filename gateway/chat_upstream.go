@@ -108,11 +108,7 @@ type chatFunction struct {
 func (r *Request) chatTools() []json.RawMessage {
 	out := make([]json.RawMessage, len(r.Tools))
 	for i, t := range r.Tools {
-		raw := t.raw
-		if r.Wire != Chat {
-			raw = nil
-		}
-		out[i] = rawOr(raw, struct {
+		out[i] = rawOr(ownRaw(t.raw, r.Wire == Chat), struct {
 			Type     string       `json:"type"`
 			Function chatFunction `json:"function"`
 		}{"function", chatFunction{t.Name, t.Description, t.Parameters}})
@@ -169,11 +165,7 @@ func (r *Request) chatMessages() []json.RawMessage {
 			}
 			for _, p := range it.Parts {
 				if p.Call != nil {
-					raw := p.raw
-					if !own {
-						raw = nil
-					}
-					msg.ToolCalls = append(msg.ToolCalls, rawOr(raw, chatCall(*p.Call)))
+					msg.ToolCalls = append(msg.ToolCalls, rawOr(ownRaw(p.raw, own), chatCall(*p.Call)))
 				}
 			}
 			if own && it.base != nil {
@@ -207,10 +199,7 @@ func chatParts(parts []Part, own bool) any {
 	}
 	out := make([]json.RawMessage, len(parts))
 	for i, p := range parts {
-		raw := p.raw
-		if !own {
-			raw = nil
-		}
+		raw := ownRaw(p.raw, own)
 		if p.Kind == PartImage {
 			out[i] = rawOr(raw, map[string]any{"type": "image_url", "image_url": map[string]string{"url": p.Image.url()}})
 		} else {

@@ -291,11 +291,7 @@ func messagesContent(at, role string, raw json.RawMessage) ([]Part, error) {
 		case block.Type == "image" && role == "user" && !isNull(block.Source) && json.Unmarshal(block.Source, &src) == nil:
 			p.Kind, p.Image = PartImage, src.image()
 		case block.Type == "tool_use" && role == "assistant" && block.ID != "":
-			args := "{}"
-			if !isNull(block.Input) {
-				args = string(block.Input)
-			}
-			p.Kind, p.Call = PartCall, &Call{ID: block.ID, Name: block.Name, Args: args}
+			p.Kind, p.Call = PartCall, &Call{ID: block.ID, Name: block.Name, Args: argsOf(block.Input)}
 		case block.Type == "tool_result" && role == "user" && block.ToolUseID != "":
 			out, err := resultText(bat+".content", block.Content)
 			if err != nil {

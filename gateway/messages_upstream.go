@@ -106,10 +106,7 @@ func (r *Request) anthropicChoice() any {
 func (r *Request) anthropicTools() []json.RawMessage {
 	out := make([]json.RawMessage, len(r.Tools))
 	for i, t := range r.Tools {
-		raw := t.raw
-		if r.Wire != Messages {
-			raw = nil
-		}
+		raw := ownRaw(t.raw, r.Wire == Messages)
 		schema := t.Parameters
 		if schema == nil {
 			schema = json.RawMessage(`{"type":"object","properties":{}}`)
@@ -143,7 +140,7 @@ func (r *Request) anthropicMessages() (system []json.RawMessage, msgs []json.Raw
 		role := it.Role
 		switch {
 		case role == RoleSystem && !own:
-			system = append(system, rawOr(nil, map[string]string{"type": "text", "text": it.Text()}))
+			system = append(system, textBlock(it.Text()))
 			continue
 		case role == RoleTool:
 			role = RoleUser
@@ -207,7 +204,7 @@ func anthropicBlock(p Part, own bool) json.RawMessage {
 	}
 	switch p.Kind {
 	case PartText:
-		return rawOr(nil, map[string]string{"type": "text", "text": p.Text})
+		return textBlock(p.Text)
 	case PartImage:
 		src := map[string]string{"type": "url", "url": p.Image.URL}
 		if p.Image.URL == "" {
