@@ -151,8 +151,9 @@ func replayStream(ctx context.Context, stream streamFunc, c cachedReply) error {
 // reports: reading them reads the whole request again, which a served
 // run does not pay for.
 func call(ctx context.Context, m Model, msgs []llms.MessageContent, opts []llms.CallOption, watch bool) (cachedReply, error) {
-	rec := &exchange{}
+	var rec *exchange
 	if watch {
+		rec = &exchange{}
 		ctx = context.WithValue(ctx, exchangeKey{}, rec)
 	}
 	resp, err := m.LLM.GenerateContent(ctx, msgs, opts...)
@@ -160,7 +161,9 @@ func call(ctx context.Context, m Model, msgs []llms.MessageContent, opts []llms.
 		return cachedReply{}, err
 	}
 	var c cachedReply
-	c.ServedModel, c.Parameters = rec.result()
+	if watch {
+		c.ServedModel, c.Parameters = rec.result()
+	}
 	for i, choice := range resp.Choices {
 		c.Text += choice.Content
 		for _, tc := range choice.ToolCalls {
