@@ -30,6 +30,7 @@ import (
 	"superego/api"
 	"superego/engine"
 	"superego/flow"
+	"superego/internal/eventually"
 	"superego/memstore"
 	"superego/telemetry"
 	"superego/tools"
@@ -309,7 +310,15 @@ func TestMetricsAfterScriptedRuns(t *testing.T) {
 	}
 
 	// While a client streams a run that waits on its model: one run in
-	// flight, one subscriber.
+	// flight, one subscriber. An earlier stream's handler may still be
+	// returning after its client read done: wait until it has.
+	eventually.Holds(t, 5*time.Second, func() string {
+		families, _ := f.scrape(t)
+		if v := value(t, families, "superego_stream_subscribers"); v != 0 {
+			return fmt.Sprintf("%v stream subscribers after every stream ended", v)
+		}
+		return ""
+	})
 	var families map[string]*dto.MetricFamily
 	f.execute(t, "gated", "pause", func(ev event) bool {
 		if ev.name != "node_start" || !strings.Contains(ev.data, `"assistant"`) {
