@@ -224,7 +224,7 @@ func (b *bench) direct(c *client) error {
 		s := flow.Step{StepID: t.StepID, AgentID: node.AgentID, Node: node.Name, Timestamp: time.Now().UTC(), Role: flow.RoleAssistant,
 			Input: input, Constitution: node.Constitution, SystemPrompt: node.SystemPrompt, Decision: r.Decision,
 			ToolUsage: r.ToolUsage, Response: r.Response, Thinking: r.Thinking, AgentGuidance: r.AgentGuidance,
-			Model: r.Model, Usage: r.Usage, LatencyMS: r.Latency.Milliseconds(), Stack: stack}
+			Model: r.Model, Usage: r.Usage, LatencyMS: flow.Millis(r.Latency), Stack: stack}
 		var next *flow.Node
 		switch {
 		case len(r.ToolUsage) > 0:
@@ -313,6 +313,11 @@ func (b *bench) atOnce(out map[string]any, prefix string, n, rounds int, delay t
 		return err
 	}
 	debug.FreeOSMemory() // what earlier phases freed goes back to the OS before the peak is reset
+	// The RSS the rounds start from, with what earlier phases left that no
+	// run in flight needs: the binary's pages the runs touched (and, here, the runtime's bookkeeping for the
+	// largest heap it has had: the sequential phase's store keeps every
+	// instance it ran).
+	out[prefix+"base_rss_kb"], out[prefix+"base_rss_file_kb"] = procStatus("VmRSS"), procStatus("RssFile")
 	out[prefix+"peak_reset_ok"] = os.WriteFile("/proc/self/clear_refs", []byte("5"), 0) == nil
 	stopCPU, err := o.profiles.cpu(prefix + "cpu.pprof")
 	if err != nil {
@@ -540,7 +545,10 @@ func run(seq int, minSeconds float64, warmup, conc, concBig int, delay time.Dura
 		return fmt.Errorf("sanity check: %d steps", len(steps))
 	}
 
-	// (a) Sequential, through the engine.
+	// (a) Sequential, through the engine. An in-memory store keeps every
+	// instance it has run, and each collection marks them all: a new
+	// engine every perEngine flows keeps what a flow costs from growing
+	// with how long the phase has run.
 	if cpuprofile != "" {
 		f, err := os.Create(cpuprofile)
 		if err != nil {
@@ -549,8 +557,17 @@ func run(seq int, minSeconds float64, warmup, conc, concBig int, delay time.Dura
 		pprof.StartCPUProfile(f)
 	}
 	c := &client{}
+	const perEngine = 1000
+	ran := 0
 	used := measure()
 	ds, wall, err := sequential(warmup, seq, time.Duration(minSeconds*float64(time.Second)), func() error {
+		if ran++; ran%perEngine == 0 {
+			close0()
+			var err error
+			if e0, close0, err = b.engine(b.agent0, 0); err != nil {
+				return err
+			}
+		}
 		c.trace = c.trace[:0]
 		return runFlow(e0, c, b.stack)
 	})
@@ -567,6 +584,10 @@ func run(seq int, minSeconds float64, warmup, conc, concBig int, delay time.Dura
 	out["seq_p50_us"] = percentile(ds, 0.50)
 	out["seq_p99_us"] = percentile(ds, 0.99)
 	out["streamed_bytes_per_flow"] = c.bytes / (len(ds) + warmup)
+	// The engine is let go: the floor, and then the flows in flight, are
+	// measured with no history on the heap.
+	close0()
+	e0 = nil
 
 	// (a') The floor: the same agents in a plain loop.
 	dc := &client{}
@@ -582,12 +603,7 @@ func run(seq int, minSeconds float64, warmup, conc, concBig int, delay time.Dura
 	out["direct_mean_us"] = float64(dwall.Microseconds()) / float64(len(dds))
 	out["direct_streamed_bytes_per_flow"] = dc.bytes / (len(dds) + warmup)
 
-	// (b) Concurrent, at conc and then at concBig. The sequential phase's
-	// engine is let go: an in-memory store keeps every instance it has
-	// seen, and these figures are about the flows in flight, not the
-	// history.
-	close0()
-	e0 = nil
+	// (b) Concurrent, at conc and then at concBig.
 	if err := b.atOnce(out, "conc_", conc, rounds, delay, o); err != nil {
 		return err
 	}

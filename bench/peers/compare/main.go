@@ -44,13 +44,15 @@ func field(k string, scale float64) func(line) (float64, bool) {
 	}
 }
 
-// perRun is what each run in flight added to the RSS at its peak, in kB.
-func perRun(prefix string) func(line) (float64, bool) {
+// perRun is what each run in flight added to the RSS at its peak, in kB,
+// over the RSS under key: at rest, before anything ran, or just before the
+// phase's measured rounds, after a round like them.
+func perRun(prefix, key string) func(line) (float64, bool) {
 	return func(l line) (float64, bool) {
 		peak, ok1 := l.num(prefix + "peak_rss_kb")
-		rest, ok2 := l.num("rest_rss_kb")
+		base, ok2 := l.num(key)
 		n, ok3 := l.num(prefix + "flows")
-		return (peak - rest) / n, ok1 && ok2 && ok3 && n > 0
+		return (peak - base) / n, ok1 && ok2 && ok3 && n > 0
 	}
 }
 
@@ -68,13 +70,17 @@ var figures = []figure{
 	}},
 	{"1,000 at once: wall ms (ideal 80)", field("conc_wall_ms", 1)},
 	{"1,000 at once: peak RSS MiB", field("conc_peak_rss_kb", mib)},
-	{"1,000 at once: kB per run in flight (peak − rest)", perRun("conc_")},
+	{"1,000 at once: RSS before the rounds MiB", field("conc_base_rss_kb", mib)},
+	{"1,000 at once: kB per run in flight (peak − rest)", perRun("conc_", "rest_rss_kb")},
+	{"1,000 at once: kB per run in flight (peak − before the rounds)", perRun("conc_", "conc_base_rss_kb")},
 	{"1,000 at once: max heap live after a collection MiB", field("conc_max_heap_live_kb", mib)},
 	{"1,000 at once: max heap objects MiB", field("conc_max_heap_objects_kb", mib)},
 	{"1,000 at once: max stacks MiB", field("conc_max_stacks_kb", mib)},
 	{"10,000 at once: wall ms (ideal 80)", field("big_wall_ms", 1)},
 	{"10,000 at once: peak RSS MiB", field("big_peak_rss_kb", mib)},
-	{"10,000 at once: kB per run in flight (peak − rest)", perRun("big_")},
+	{"10,000 at once: RSS before the rounds MiB", field("big_base_rss_kb", mib)},
+	{"10,000 at once: kB per run in flight (peak − rest)", perRun("big_", "rest_rss_kb")},
+	{"10,000 at once: kB per run in flight (peak − before the rounds)", perRun("big_", "big_base_rss_kb")},
 	{"10,000 at once: max heap live after a collection MiB", field("big_max_heap_live_kb", mib)},
 	{"10,000 at once: max heap objects MiB", field("big_max_heap_objects_kb", mib)},
 	{"10,000 at once: max stacks MiB", field("big_max_stacks_kb", mib)},

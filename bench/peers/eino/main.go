@@ -456,6 +456,9 @@ func atOnce(out map[string]any, prefix string, g compose.Runnable[[]*Step, []*St
 		return err
 	}
 	debug.FreeOSMemory() // what earlier phases freed goes back to the OS before the peak is reset
+	// The RSS the rounds start from, with what earlier phases left that no
+	// run in flight needs: the binary's pages the runs touched.
+	out[prefix+"base_rss_kb"], out[prefix+"base_rss_file_kb"] = procStatus("VmRSS"), procStatus("RssFile")
 	out[prefix+"peak_reset_ok"] = os.WriteFile("/proc/self/clear_refs", []byte("5"), 0) == nil
 	s := sample(every)
 	var walls []float64
