@@ -475,7 +475,7 @@ func judgementStep(agent *flow.Node, use flow.ToolUse, v *verdict) (flow.Step, s
 	next := agent.Name
 	s.NextAgent = &next
 	r := v.reply
-	s.Response, s.Thinking, s.AgentGuidance, s.Model, s.Usage, s.LatencyMS, s.Cached = r.Response, r.Thinking, r.AgentGuidance, r.Model, r.Usage, r.Latency.Milliseconds(), r.Cached
+	s.Response, s.Thinking, s.AgentGuidance, s.Model, s.Usage, s.LatencyMS, s.Cached = r.Response, r.Thinking, r.AgentGuidance, r.Model, r.Usage, flow.Millis(r.Latency), r.Cached
 	s.ServedModel, s.Parameters, s.Shared = r.ServedModel, r.Parameters, r.Shared
 	s.Stack, s.Basis = stackEntries(v.stack), basisOf(r.Basis, v.stack)
 	allowed := judgeDecisions(v.kind)
@@ -523,8 +523,8 @@ func ToolMatches(pattern, tool string) bool {
 // finishInterrupted records the step of the iteration a crash cut short
 // between its calls and its step, and counts it.
 func (r *runner) finishInterrupted() error {
-	u := r.unfinished
-	r.unfinished = flow.Unfinished{}
+	u := r.t.Unfinished
+	r.t.Unfinished = flow.Unfinished{}
 	node := r.t.Def.Graph.Nodes[u.Node]
 	if len(u.Calls) == 0 || node == nil {
 		return nil

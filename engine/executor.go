@@ -48,7 +48,8 @@ type Turn struct {
 	// (Request.Continue).
 	Continue bool
 	// Unfinished are the tool calls of an iteration the interruption cut
-	// short, as the log has them, for a run that resumes.
+	// short, as the log has them, for a run that resumes; the run adds
+	// those its held events show, and records them (finishInterrupted).
 	Unfinished flow.Unfinished
 }
 
@@ -200,9 +201,6 @@ type runner struct {
 	verdicts map[string]*Reply       // a judge's verdict on a withheld chunk, for its next step
 	replay   *replayer               // for a replay: the recorded turn, walked beside this one
 	stack    []flow.Layer            // the run's stack, with the library's texts
-	// unfinished, for a run that resumes, are the tool calls of the
-	// iteration it was interrupted in (finishInterrupted).
-	unfinished flow.Unfinished
 	// step is the step of the iteration running: here, not on the stack
 	// that a run waiting on its model holds.
 	step flow.Step
@@ -640,10 +638,9 @@ func (r *runner) resume() error {
 			r.response = s.Response
 		}
 	}
-	r.unfinished = r.t.Unfinished
 	for _, ev := range r.t.Held {
 		r.held = append(r.held, ev) // durable already
-		r.unfinished.See(ev)
+		r.t.Unfinished.See(ev)
 		if s, ok := ev.Data.(flow.Step); ok {
 			r.steps = append(r.steps, s)
 		}
@@ -1050,7 +1047,7 @@ func (r *runner) stepOf(node *flow.Node, task *Task, reply *Reply, err error, s 
 		ServedModel:   reply.ServedModel,
 		Parameters:    reply.Parameters,
 		Usage:         reply.Usage,
-		LatencyMS:     reply.Latency.Milliseconds(),
+		LatencyMS:     flow.Millis(reply.Latency),
 		Cached:        reply.Cached,
 		Shared:        reply.Shared,
 	}

@@ -233,7 +233,7 @@ func observe(events []flow.Event, def *flow.Definition) (o Outcome, ok bool) {
 			m.Model, m.ServedModel, m.Parameters = s.Model, cmp.Or(s.ServedModel, m.ServedModel), cmp.Or(s.Parameters, m.Parameters)
 			o.Models[s.Node] = m
 		}
-		o.LatencyMS[s.Node] += s.LatencyMS
+		o.LatencyMS[s.Node] += int64(s.LatencyMS)
 		switch {
 		case s.Reused:
 			o.ModelCalls.Reused++
