@@ -70,8 +70,8 @@ func (r run) partials(node string) string {
 func (r run) steps() []flow.Step {
 	var out []flow.Step
 	for _, e := range r.events {
-		if s, ok := e.Data.(flow.Step); ok {
-			out = append(out, s)
+		if s, ok := e.Data.(*flow.Step); ok {
+			out = append(out, *s)
 		}
 	}
 	return out

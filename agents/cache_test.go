@@ -32,8 +32,8 @@ func TestRepliesAreCachedByScope(t *testing.T) {
 			engine.Sink{Emit: func(evs ...flow.Event) error {
 				for _, e := range evs {
 					switch d := e.Data.(type) {
-					case flow.Step:
-						steps = append(steps, d)
+					case *flow.Step:
+						steps = append(steps, *d)
 					case flow.Partial:
 						partials.WriteString(d.Delta)
 					}

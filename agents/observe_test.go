@@ -52,11 +52,11 @@ func TestObserverContent(t *testing.T) {
 	history, _ := json.Marshal([]map[string]string{{"response": draft}})
 	judge := &engine.Task{Node: def.Graph.Nodes["judge"], StepID: "4", UserMessage: "What is 6*7?", Input: draft, InputFrom: "assistant",
 		Guidance: guidance, GuidanceFrom: "assistant", Decisions: []string{"ACCEPT", "BLOCK"},
-		ToolRounds: []flow.Step{{Node: "judge", Decision: flow.NeedsTool, ToolUsage: []flow.ToolUse{
+		ToolRounds: []*flow.Step{{Node: "judge", Decision: flow.NeedsTool, ToolUsage: []flow.ToolUse{
 			{ID: "c1", ToolName: "supervised_get_conversation_history", Input: json.RawMessage(`{}`), Output: string(history)}}}}}
 	assistant := &engine.Task{Node: def.Graph.Nodes["assistant"], StepID: "3", UserMessage: "What is 6*7?", Input: "What is 6*7?",
 		Guidance: guidance, GuidanceFrom: "input_superego", Decisions: []string{"COMPLETE"},
-		ToolRounds: []flow.Step{{Node: "assistant", Decision: flow.NeedsTool, ToolUsage: []flow.ToolUse{
+		ToolRounds: []*flow.Step{{Node: "assistant", Decision: flow.NeedsTool, ToolUsage: []flow.ToolUse{
 			{ID: "c1", ToolName: "calculator", Input: json.RawMessage(`{"expression":"6*7","note":"` + "TOOL-INPUT" + `"}`), Output: "42-TOOL-OUTPUT"}}}}}
 	for _, task := range []*engine.Task{judge, assistant} {
 		if _, err := a.Act(context.Background(), task, func(flow.Event) {}); err != nil {

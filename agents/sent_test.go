@@ -38,8 +38,8 @@ func TestStepsSayWhatTheProviderServedAndWasSent(t *testing.T) {
 					engine.Turn{FlowID: "calc", Def: d, InstanceID: "i", RunID: "r", Input: "What is 5*10?", Options: opts},
 					engine.Sink{Emit: func(evs ...flow.Event) error {
 						for _, e := range evs {
-							if s, ok := e.Data.(flow.Step); ok && s.Model != "" {
-								steps = append(steps, s)
+							if s, ok := e.Data.(*flow.Step); ok && s.Model != "" {
+								steps = append(steps, *s)
 							}
 						}
 						return nil

@@ -25,6 +25,7 @@ import (
 	"superego/api"
 	"superego/engine"
 	"superego/flow"
+	"superego/flow/storetest"
 	"superego/memstore"
 	"superego/sqlite"
 	"superego/tools"
@@ -174,7 +175,7 @@ func serveWith(t testing.TB, defs map[string]string, store flow.Store, resolve f
 	logs := &syncBuffer{}
 	log := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	engine := &engine.Engine{Flows: flows, Exec: &engine.Executor{Agent: &agents.Agent{Model: resolve, Tools: toolset, Timeout: 2 * time.Second, Workspaces: ws}},
-		Store: store, MaxRuns: maxRuns, Log: log}
+		Store: storetest.Frozen(t, store), MaxRuns: maxRuns, Log: log}
 	s := &api.Server{Engine: engine, Workspaces: ws, Model: "openai:gpt-test", AdminToken: "admin-secret", Log: log,
 		Refused: []flow.Refused{{ID: "broken", Errors: []string{`graph.start: unknown node "x"`}}}}
 	if set != nil {

@@ -14,8 +14,8 @@ import (
 func TestFramesOfAnInstanceFollowedTwiceAreEncodedOnce(t *testing.T) {
 	t.Parallel()
 	var c frameCache
-	step := flow.Event{ID: 3, Name: flow.EventCompleteStep, Data: flow.Step{StepID: "2", AgentID: "in", Role: flow.RoleAssistant, Response: "ok"}}
-	big := flow.Event{ID: 4, Name: flow.EventCompleteStep, Data: flow.Step{StepID: "3", AgentID: "in", Role: flow.RoleAssistant, Response: strings.Repeat("x", minCached)}}
+	step := flow.Event{ID: 3, Name: flow.EventCompleteStep, Data: &flow.Step{StepID: "2", AgentID: "in", Role: flow.RoleAssistant, Response: "ok"}}
+	big := flow.Event{ID: 4, Name: flow.EventCompleteStep, Data: &flow.Step{StepID: "3", AgentID: "in", Role: flow.RoleAssistant, Response: strings.Repeat("x", minCached)}}
 	same := func(a, b []byte) bool { return &a[0] == &b[0] }
 
 	alone := c.follow("i")

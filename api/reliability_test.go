@@ -197,7 +197,7 @@ func TestStalledClientIsDropped(t *testing.T) {
 	events := []flow.Event{{ID: 1, Name: flow.EventRunStart, Time: now, Data: flow.RunStart{InstanceID: id, RunID: "r", FlowID: "calc"}}}
 	for n := int64(2); n <= 11; n++ {
 		events = append(events, flow.Event{ID: n, Name: flow.EventCompleteStep, Time: now,
-			Data: flow.Step{StepID: fmt.Sprint(n - 1), AgentID: "calculator", Node: "calculator", Role: flow.RoleAssistant, Timestamp: now, Input: big, Response: "42"}})
+			Data: &flow.Step{StepID: fmt.Sprint(n - 1), AgentID: "calculator", Node: "calculator", Role: flow.RoleAssistant, Timestamp: now, Input: big, Response: "42"}})
 	}
 	events = append(events, flow.Event{ID: 12, Name: flow.EventDone, Time: now, Data: flow.Done{InstanceID: id, Status: flow.StatusCompleted, Response: "42", Usage: &flow.RunUsage{}}})
 	if err := flow.Wait(func(done func(error)) { store.Create(flow.Instance{ID: id, FlowID: "calc", CreatedAt: now}, done) }); err != nil {

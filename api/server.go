@@ -565,8 +565,8 @@ func (s *Server) reviews(ctx context.Context, id string, full bool) (flow.State,
 	steps := st.Steps
 	heldCalls := map[string]bool{}
 	for _, ev := range held {
-		if step, ok := ev.Data.(flow.Step); ok {
-			steps = append(slices.Clip(steps), step)
+		if step, ok := ev.Data.(*flow.Step); ok {
+			steps = append(slices.Clip(steps), *step)
 			for _, u := range step.ToolUsage {
 				heldCalls[u.ID] = true
 			}

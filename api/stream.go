@@ -49,7 +49,7 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, sub *engine.Subs
 		if ev.Name == flow.EventDone {
 			return nil
 		}
-		if st, ok := ev.Data.(flow.Step); ok && st.Response != "" && st.Role != flow.RoleUser {
+		if st, ok := ev.Data.(*flow.Step); ok && st.Response != "" && st.Role != flow.RoleUser {
 			response = st.Response
 		}
 	}
@@ -366,8 +366,8 @@ func (res *runResult) add(ev flow.Event) {
 	switch d := ev.Data.(type) {
 	case flow.RunStart:
 		res.InstanceID, res.flowID = d.InstanceID, d.FlowID
-	case flow.Step:
-		res.Steps = append(res.Steps, d)
+	case *flow.Step:
+		res.Steps = append(res.Steps, *d)
 	case flow.ErrorData:
 		res.Error = &d
 	case flow.Done:

@@ -562,10 +562,9 @@ type waiting struct {
 
 // awaitingCalls are the turn's tool calls that wait for a person's review
 // and have no answer yet.
-func awaitingCalls(turn []flow.Step) []waiting {
+func awaitingCalls(turn []*flow.Step) []waiting {
 	var out []waiting
-	for i := range turn {
-		s := &turn[i]
+	for _, s := range turn {
 		for _, u := range s.ToolUsage {
 			if u.Awaiting && s.AgentID != flow.Reviewer {
 				out = append(out, waiting{s.Node, u})
@@ -579,9 +578,9 @@ func awaitingCalls(turn []flow.Step) []waiting {
 }
 
 // answerOf is the person's answer to the review id, if the turn has one.
-func answerOf(turn []flow.Step, id string) *flow.Step {
-	for i := range turn {
-		if s := &turn[i]; s.AgentID == flow.Reviewer && s.ReviewID == id {
+func answerOf(turn []*flow.Step, id string) *flow.Step {
+	for _, s := range turn {
+		if s.AgentID == flow.Reviewer && s.ReviewID == id {
 			return s
 		}
 	}
@@ -590,7 +589,7 @@ func answerOf(turn []flow.Step, id string) *flow.Step {
 
 // reviewed are node's calls that waited for review, now all answered, and
 // not yet run or refused: as the answers decided them.
-func reviewed(turn []flow.Step, node string) []flow.ToolUse {
+func reviewed(turn []*flow.Step, node string) []flow.ToolUse {
 	var out []flow.ToolUse
 	done := map[string]bool{}
 	for _, s := range turn {
@@ -629,7 +628,8 @@ type PendingReview struct {
 // Reviews are the reviews an instance whose log has steps waits for: its
 // last turn's tool calls that wait, the changes a supervisor proposed, or
 // its HUMAN_REVIEW, none answered yet.
-func Reviews(steps []flow.Step) []PendingReview {
+func Reviews(log []flow.Step) []PendingReview {
+	steps := logOf(log, 0)
 	i := lastUserStep(steps)
 	if i < 0 {
 		return nil
@@ -658,10 +658,9 @@ func Reviews(steps []flow.Step) []PendingReview {
 
 // waitingResults are the turn's calls sent to the client whose results
 // have not come back.
-func waitingResults(turn []flow.Step) []waiting {
+func waitingResults(turn []*flow.Step) []waiting {
 	var out []waiting
-	for j := range turn {
-		s := &turn[j]
+	for j, s := range turn {
 		for _, u := range usageOf(s) {
 			if u.AwaitingResult && !settledLater(turn[j+1:], u.ID) {
 				out = append(out, waiting{s.Node, u})
@@ -673,9 +672,9 @@ func waitingResults(turn []flow.Step) []waiting {
 
 // settledLater reports whether a later step records the call as run,
 // refused or answered.
-func settledLater(later []flow.Step, id string) bool {
-	for i := range later {
-		if slices.ContainsFunc(usageOf(&later[i]), func(u flow.ToolUse) bool { return u.ID == id && !u.AwaitingResult }) {
+func settledLater(later []*flow.Step, id string) bool {
+	for _, s := range later {
+		if slices.ContainsFunc(usageOf(s), func(u flow.ToolUse) bool { return u.ID == id && !u.AwaitingResult }) {
 			return true
 		}
 	}
@@ -695,7 +694,7 @@ func usageOf(s *flow.Step) []flow.ToolUse {
 // answered are node's calls sent to the client, with the results the
 // client gave, as the agent's next iteration records them: judged by their
 // result judge first.
-func answered(turn []flow.Step, node string, results []flow.ClientResult) []flow.ToolUse {
+func answered(turn []*flow.Step, node string, results []flow.ClientResult) []flow.ToolUse {
 	var out []flow.ToolUse
 	for _, w := range waitingResults(turn) {
 		i := slices.IndexFunc(results, func(c flow.ClientResult) bool { return c.ToolCallID == w.use.ID })
@@ -711,7 +710,7 @@ func answered(turn []flow.Step, node string, results []flow.ClientResult) []flow
 
 // notRun is the step that answers the calls a turn's client never
 // answered, each "not run: " and why.
-func (r *runner) notRun(turn []flow.Step, why string) (flow.Step, bool) {
+func (r *runner) notRun(turn []*flow.Step, why string) (flow.Step, bool) {
 	waiting := waitingResults(turn)
 	if len(waiting) == 0 {
 		return flow.Step{}, false
@@ -743,7 +742,8 @@ func (r *runner) abandon(reason string) Outcome {
 
 // WaitingCalls are the calls of an instance's last turn that its client was
 // sent and has not answered (docs/gateway.md), given the instance's steps.
-func WaitingCalls(steps []flow.Step) []flow.ToolUse {
+func WaitingCalls(log []flow.Step) []flow.ToolUse {
+	steps := logOf(log, 0)
 	var out []flow.ToolUse
 	for _, w := range waitingResults(steps[max(0, lastUserStep(steps)):]) {
 		out = append(out, w.use)
@@ -861,7 +861,7 @@ func (r *runner) rejudge(ctx context.Context, node *flow.Node, rec flow.Step) (s
 
 // awaitsReview reports whether a turn's steps hold changes proposed for a
 // person's review (ToolUse.Proposed) that no review has answered yet.
-func awaitsReview(turn []flow.Step) bool {
+func awaitsReview(turn []*flow.Step) bool {
 	for i := len(turn) - 1; i >= 0 && turn[i].AgentID != flow.Reviewer; i-- {
 		for _, u := range turn[i].ToolUsage {
 			if u.Proposed && u.Error == "" {

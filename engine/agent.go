@@ -24,14 +24,16 @@ type Task struct {
 	Node       *flow.Node
 	StepID     string // of the step this iteration will append
 
-	History      []flow.Step // earlier turns, hidden fields removed
-	UserMessage  string      // the message that opened this turn
-	Input        string      // the message this node works on
-	InputFrom    string      // agent id that produced Input; "" for the user
-	Guidance     string      // agent_guidance of the step before this node's turn
+	// History and ToolRounds are the run's log's records, which an agent
+	// only reads.
+	History      []*flow.Step // earlier turns, hidden fields removed
+	UserMessage  string       // the message that opened this turn
+	Input        string       // the message this node works on
+	InputFrom    string       // agent id that produced Input; "" for the user
+	Guidance     string       // agent_guidance of the step before this node's turn
 	GuidanceFrom string
-	ToolRounds   []flow.Step // this node's NEEDS_TOOL steps just before, oldest first
-	Decisions    []string    // what the model may decide
+	ToolRounds   []*flow.Step // this node's NEEDS_TOOL steps just before, oldest first
+	Decisions    []string     // what the model may decide
 
 	// Supervised, in a flow with rules, references or supervisors, for an
 	// inner agent or a supervisor (a node with allowed_actions): what makes
@@ -116,7 +118,7 @@ type Reply struct {
 func heldSteps(held []flow.Event) map[string]bool {
 	ids := map[string]bool{}
 	for _, ev := range held {
-		if s, ok := ev.Data.(flow.Step); ok {
+		if s, ok := ev.Data.(*flow.Step); ok {
 			ids[s.StepID] = true
 		}
 	}
@@ -125,7 +127,7 @@ func heldSteps(held []flow.Event) map[string]bool {
 
 // task gathers what node's agent needs from steps, the log so far; held are
 // the events held now (docs/gating.md).
-func (r *runner) task(steps []flow.Step, held []flow.Event, node *flow.Node) *Task {
+func (r *runner) task(steps []*flow.Step, held []flow.Event, node *flow.Node) *Task {
 	t := &Task{
 		FlowID:      r.t.FlowID,
 		InstanceID:  r.t.InstanceID,
@@ -156,9 +158,10 @@ func (r *runner) task(steps []flow.Step, held []flow.Event, node *flow.Node) *Ta
 		// own step's tool_usage: no hidden field, and nothing of a draft
 		// that is held or was withheld (docs/gating.md).
 		held := heldSteps(held)
-		visible := slices.Clone(steps)
-		for i := range visible {
+		visible := make([]flow.Step, len(steps))
+		for i, step := range steps {
 			s := &visible[i]
+			*s = *step
 			withoutHidden(s)
 			if s.Withheld != "" || held[s.StepID] {
 				s.Response, s.ToolUsage = "", nil
@@ -172,7 +175,7 @@ func (r *runner) task(steps []flow.Step, held []flow.Event, node *flow.Node) *Ta
 		t.Guidance, t.GuidanceFrom = this[i-1].AgentGuidance, this[i-1].AgentID
 	}
 	for j := len(this) - 1; j >= 0; j-- {
-		s := &this[j]
+		s := this[j]
 		if s.Response != "" && s.Decision == flow.Modify {
 			t.Input = s.Response // the user's message, as a supervisor rewrote it
 			break
@@ -192,8 +195,8 @@ func (r *runner) task(steps []flow.Step, held []flow.Event, node *flow.Node) *Ta
 // read in its place among its reply's calls, as it ran or was refused once
 // answered; the answers themselves, and the judgements of the calls, are
 // no rounds.
-func toolRounds(steps []flow.Step) []flow.Step {
-	waited := func(s flow.Step) bool {
+func toolRounds(steps []*flow.Step) []*flow.Step {
+	waited := func(s *flow.Step) bool {
 		return s.AgentID == flow.Reviewer || s.Judged != nil || slices.ContainsFunc(s.ToolUsage, func(u flow.ToolUse) bool { return u.Awaiting || u.AwaitingResult })
 	}
 	if !slices.ContainsFunc(steps, waited) {
@@ -207,12 +210,13 @@ func toolRounds(steps []flow.Step) []flow.Step {
 			}
 		}
 	}
-	out := make([]flow.Step, 0, len(steps))
+	out := make([]*flow.Step, 0, len(steps))
 	moved := map[string]bool{} // answers read in their call's place
-	for _, s := range steps {
-		if s.AgentID == flow.Reviewer || s.Judged != nil {
+	for _, step := range steps {
+		if step.AgentID == flow.Reviewer || step.Judged != nil {
 			continue
 		}
+		s := *step // the log's record is shared: the round is a record of its own
 		uses := make([]flow.ToolUse, 0, len(s.ToolUsage))
 		for _, u := range s.ToolUsage {
 			switch a, ok := answer[u.ID]; {
@@ -224,9 +228,16 @@ func toolRounds(steps []flow.Step) []flow.Step {
 			}
 		}
 		s.ToolUsage = uses
-		out = append(out, s)
+		out = append(out, &s)
 	}
 	return out
+}
+
+// hasHidden reports whether the step has a hidden field that
+// withoutHidden would take out.
+func hasHidden(s *flow.Step) bool {
+	return s.Thinking != "" || s.AgentGuidance != "" || s.WithheldResponse != "" || s.WithheldToolUsage != nil ||
+		slices.ContainsFunc(s.ToolUsage, func(u flow.ToolUse) bool { return u.WithheldOutput != "" })
 }
 
 // withoutHidden takes the step's hidden fields out, its tool usage copied
@@ -244,16 +255,23 @@ func withoutHidden(s *flow.Step) {
 // earlier is the visible transcript before this turn, which every task of
 // the turn is given: made once, and shared, for agents only read it, and a
 // conversation of thousands of messages is not copied for each task. The
-// steps before the turn have their hidden fields taken out where they are,
-// in steps, which nothing reads them in once the turn's tasks begin; where
-// none was withheld, the transcript is those steps, not a copy.
-func (r *runner) earlier(steps []flow.Step) []flow.Step {
+// steps before the run have their hidden fields taken out where they are,
+// in the log before the run (Turn.Steps), which nothing reads them in once
+// the turn's tasks begin; a step this run wrote before its user's (a new
+// instance's conversation) is shared with its event, and is copied where
+// it has a hidden field. Where none was withheld, the transcript is those
+// steps, not a copy.
+func (r *runner) earlier(steps []*flow.Step) []*flow.Step {
 	r.historyOnce.Do(func() {
 		past := steps[:r.turn:r.turn]
-		for i := range past {
-			withoutHidden(&past[i])
+		for i, s := range past {
+			if i >= len(r.t.Steps) && hasHidden(s) {
+				c := *s
+				s, past[i] = &c, &c
+			}
+			withoutHidden(s)
 		}
-		withheld := func(s flow.Step) bool { return s.Withheld != "" } // the user never saw it
+		withheld := func(s *flow.Step) bool { return s.Withheld != "" } // the user never saw it
 		if !slices.ContainsFunc(past, withheld) {
 			r.history = past
 			return

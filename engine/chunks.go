@@ -259,7 +259,7 @@ type speculation struct {
 	err    error                  // the first error routing them
 
 	held  []flow.Event // the events held when it started: the turn's goroutine may not read the runner's
-	steps []flow.Step  // written by the turn's goroutine, read after done
+	steps []*flow.Step // written by the turn's goroutine, read after done
 	fail  error
 	lost  flow.Usage // tokens of a call that made no step
 	ended *flow.Step // a judge's BLOCK, with no transition, of one of its calls
@@ -278,8 +278,8 @@ func (r *runner) speculate(ctx context.Context, judge *flow.Node) *speculation {
 	var specCtx context.Context
 	specCtx, sp.cancel = context.WithCancel(ctx)
 	// The log as it will be if the judge accepts with no guidance.
-	steps := append(make([]flow.Step, 0, len(r.steps)+4), r.steps...)
-	steps = append(steps, flow.Step{StepID: fmt.Sprint(len(steps) + 1), AgentID: judge.AgentID, Node: judge.Name, Role: flow.RoleAssistant,
+	steps := append(make([]*flow.Step, 0, len(r.steps)+4), r.steps...)
+	steps = append(steps, &flow.Step{StepID: fmt.Sprint(len(steps) + 1), AgentID: judge.AgentID, Node: judge.Name, Role: flow.RoleAssistant,
 		Decision: flow.Accept, NextAgent: &target})
 	go sp.run(specCtx, r, steps, r.iters[target], r.nsteps+1)
 	return sp
@@ -287,7 +287,7 @@ func (r *runner) speculate(ctx context.Context, judge *flow.Node) *speculation {
 
 // run is the speculative turn: the node's iterations until it leads
 // elsewhere.
-func (sp *speculation) run(ctx context.Context, r *runner, steps []flow.Step, iters, nsteps int) {
+func (sp *speculation) run(ctx context.Context, r *runner, steps []*flow.Step, iters, nsteps int) {
 	base := len(steps)
 	defer func() {
 		if p := recover(); p != nil {
@@ -305,8 +305,10 @@ func (sp *speculation) run(ctx context.Context, r *runner, steps []flow.Step, it
 		actCtx := r.nodeStarted(ctx, n, task.StepID, true)
 		calls := r.calls(actCtx, n, task, steps, sp.emit, func(s flow.Step) (flow.Step, error) {
 			s.StepID, s.Timestamp = fmt.Sprint(len(steps)+1), r.now().UTC()
-			steps = append(steps, s)
-			sp.emit(flow.Event{Name: flow.EventCompleteStep, Data: s})
+			p := new(flow.Step)
+			*p = s
+			steps = append(steps, p)
+			sp.emit(flow.Event{Name: flow.EventCompleteStep, Data: p})
 			return s, nil
 		})
 		task.Calls = calls
@@ -330,8 +332,8 @@ func (sp *speculation) run(ctx context.Context, r *runner, steps []flow.Step, it
 			return
 		}
 		step.StepID, step.Timestamp = fmt.Sprint(len(steps)+1), r.now().UTC()
-		steps = append(steps, step)
-		sp.emit(flow.Event{Name: flow.EventCompleteStep, Data: step})
+		steps = append(steps, &step) // the log's record, and its event's: read, never changed, from here
+		sp.emit(flow.Event{Name: flow.EventCompleteStep, Data: &step})
 		waits := slices.ContainsFunc(step.ToolUsage, func(u flow.ToolUse) bool { return u.Awaiting || u.AwaitingResult })
 		if step.NextAgent == nil || *step.NextAgent != n.Name || waits { // a call waits for a person or the client: the run pauses there
 			return
@@ -415,7 +417,7 @@ func (sp *speculation) adopt(r *runner, last *flow.Step) error {
 		*last = *sp.ended
 		return r.appendStep(last, r.t.Def.Graph.Nodes[sp.ended.Node])
 	}
-	*last = sp.steps[len(sp.steps)-1]
+	*last = *sp.steps[len(sp.steps)-1]
 	if sp.node.Judged() && !r.t.Def.Graph.Holds(last.NextAgent) {
 		return r.settle("", true)
 	}

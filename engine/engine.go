@@ -208,8 +208,8 @@ func answering(st flow.State, held []flow.Event, review *flow.Review) error {
 	}
 	steps := st.Steps
 	for _, ev := range held {
-		if s, ok := ev.Data.(flow.Step); ok {
-			steps = append(slices.Clip(steps), s)
+		if s, ok := ev.Data.(*flow.Step); ok {
+			steps = append(slices.Clip(steps), *s)
 		}
 	}
 	pending := Reviews(steps)

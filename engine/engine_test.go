@@ -12,6 +12,7 @@ import (
 
 	"superego/engine"
 	"superego/flow"
+	"superego/flow/storetest"
 	"superego/memstore"
 )
 
@@ -44,7 +45,7 @@ func newEngine(tb testing.TB, agent engine.Agent, max int) *engine.Engine {
 	return &engine.Engine{
 		Flows:   map[string]*flow.Flow{"one": {ID: "one", Def: mustParse(tb, single)}},
 		Exec:    &engine.Executor{Agent: agent},
-		Store:   &memstore.Store{},
+		Store:   storetest.Frozen(tb, &memstore.Store{}),
 		MaxRuns: max,
 		Log:     slog.New(slog.DiscardHandler),
 	}
@@ -345,7 +346,7 @@ func TestCancelAndCloseEndRuns(t *testing.T) {
 		switch d := ev.Data.(type) {
 		case flow.RunStart:
 			starts = append(starts, d)
-		case flow.Step:
+		case *flow.Step:
 			steps = append(steps, d.StepID+":"+d.AgentID)
 		}
 	}
@@ -373,7 +374,7 @@ func TestRecoverOnlyThePickedRuns(t *testing.T) {
 		store.Create(flow.Instance{ID: x.id, FlowID: x.flow}, ignore)
 		store.Append(x.id, []flow.Event{
 			{ID: 1, Name: flow.EventRunStart, Data: flow.RunStart{InstanceID: x.id, RunOptions: flow.RunOptions{Tags: map[string]string{"experiment": x.experiment}}}},
-			{ID: 2, Name: flow.EventCompleteStep, Data: flow.Step{StepID: "1", AgentID: "user", Role: flow.RoleUser, Response: "hi", NextAgent: &first}},
+			{ID: 2, Name: flow.EventCompleteStep, Data: &flow.Step{StepID: "1", AgentID: "user", Role: flow.RoleUser, Response: "hi", NextAgent: &first}},
 		}, ignore)
 	}
 	g := newGated()
@@ -441,7 +442,7 @@ func TestRecoverGoesPastRunsThatCannotResume(t *testing.T) {
 		store.Create(flow.Instance{ID: x.id, FlowID: "one"}, ignore)
 		store.Append(x.id, []flow.Event{
 			{ID: 1, Name: flow.EventRunStart, Data: flow.RunStart{InstanceID: x.id, RunOptions: flow.RunOptions{Variant: x.variant}}},
-			{ID: 2, Name: flow.EventCompleteStep, Data: flow.Step{StepID: "1", AgentID: "user", Role: flow.RoleUser, Response: "hi", NextAgent: &first}},
+			{ID: 2, Name: flow.EventCompleteStep, Data: &flow.Step{StepID: "1", AgentID: "user", Role: flow.RoleUser, Response: "hi", NextAgent: &first}},
 		}, ignore)
 	}
 	g := newGated()
@@ -482,7 +483,7 @@ func (s *unreadable) Events(ctx context.Context, id string, after int64) ([]flow
 func TestStartWithAConversation(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	var seen []flow.Step
+	var seen []*flow.Step
 	e := newEngine(t, agentFunc(func(task *engine.Task) (engine.Reply, error) {
 		seen = task.History
 		return reply("ACCEPT", ""), nil
@@ -495,7 +496,7 @@ func TestStartWithAConversation(t *testing.T) {
 	events := drain(sub)
 	var steps []string
 	for _, ev := range events {
-		if s, ok := ev.Data.(flow.Step); ok {
+		if s, ok := ev.Data.(*flow.Step); ok {
 			steps = append(steps, s.StepID+":"+s.AgentID+":"+s.Response)
 		}
 	}

@@ -91,11 +91,8 @@ func (x *Executor) Execute(ctx context.Context, t Turn, sink Sink) Outcome {
 // from running it so that what it needs takes no room on the stack while
 // a run waits on its model.
 func (x *Executor) newRunner(t *Turn, sink Sink) *runner {
-	// Room for a typical turn's steps, so appending rarely copies the log;
-	// the run keeps the log before it once, in steps.
-	steps := append(make([]flow.Step, 0, len(t.Steps)+6), t.Steps...)
-	t.Steps = nil
-	r := &runner{x: x, t: t, now: x.now(), sink: sink, steps: steps, iters: map[string]int{}}
+	t.Steps = slices.Clone(t.Steps) // the run's own, which it may change; its caller's stay as they were
+	r := &runner{x: x, t: t, now: x.now(), sink: sink, steps: logOf(t.Steps, 6), iters: map[string]int{}}
 	if len(x.Context) > 0 || len(t.Def.Context) > 0 || t.Def.Supervises() {
 		var names []string
 		for _, n := range t.Def.Graph.Nodes {
@@ -110,6 +107,17 @@ func (x *Executor) newRunner(t *Turn, sink Sink) *runner {
 		r.replay = newReplayer(t.Recorded, t.Options.Replay)
 	}
 	return r
+}
+
+// logOf is a run's log of steps: the log before it, with room for more
+// steps, each of the run's own in one record, which the log and the
+// step's events share.
+func logOf(before []flow.Step, more int) []*flow.Step {
+	steps := make([]*flow.Step, len(before), len(before)+more)
+	for i := range before {
+		steps[i] = &before[i]
+	}
+	return steps
 }
 
 // end sends the run's last events for how it ended, out: done, after an
@@ -180,11 +188,14 @@ type panicked struct {
 func (p *panicked) Error() string { return p.msg }
 
 type runner struct {
-	x     *Executor
-	t     *Turn
-	now   func() time.Time
-	sink  Sink
-	steps []flow.Step
+	x    *Executor
+	t    *Turn
+	now  func() time.Time
+	sink Sink
+	// steps is the log: the steps before the run, which are the run's own
+	// to change (Turn.Steps), then the run's, each shared with its
+	// events, and so never changed: a change is a new record.
+	steps []*flow.Step
 	iters map[string]int
 	turn  int // index in steps of this turn's user step
 	// context, where the flow has rules, references or supervisors, is
@@ -207,7 +218,7 @@ type runner struct {
 
 	// history is the visible transcript before this turn (earlier); the
 	// steps before the turn do not change while it runs.
-	history     []flow.Step
+	history     []*flow.Step
 	historyOnce sync.Once
 }
 
@@ -224,7 +235,7 @@ func (r *runner) emit(evs ...flow.Event) error {
 //go:noinline
 func (r *runner) track(evs []flow.Event) {
 	for _, ev := range evs {
-		if s, ok := ev.Data.(flow.Step); ok && s.Response != "" && s.Role != flow.RoleUser {
+		if s, ok := ev.Data.(*flow.Step); ok && s.Response != "" && s.Role != flow.RoleUser {
 			r.response = s.Response
 		}
 	}
@@ -278,18 +289,19 @@ func (r *runner) withhold(group []flow.Event, judge string, sent map[string]bool
 	drafts := map[string]bool{} // the held steps' responses, which later held steps may have as input
 	refused := map[string]bool{}
 	for _, ev := range r.held {
-		if s, ok := ev.Data.(flow.Step); ok && sent != nil {
+		if s, ok := ev.Data.(*flow.Step); ok && sent != nil {
 			for _, u := range s.ToolUsage {
 				refused[u.ID] = refused[u.ID] || u.Refused
 			}
 		}
 	}
 	for _, ev := range r.held {
-		s, ok := ev.Data.(flow.Step)
+		held, ok := ev.Data.(*flow.Step)
 		switch {
-		case ok && s.Judged != nil && s.Judged.Kind == flow.KindCall && (sent[s.Judged.ToolCallID] || refused[s.Judged.ToolCallID]):
+		case ok && held.Judged != nil && held.Judged.Kind == flow.KindCall && (sent[held.Judged.ToolCallID] || refused[held.Judged.ToolCallID]):
 			group = append(group, ev)
 		case ok:
+			s := *held // what goes out is a record of its own: the held one is the log's
 			drafts[s.Response] = true
 			if drafts[s.Input] || s.Judged != nil {
 				s.Input = "" // another held step's draft (a chained agent's, or a judge's tool round's), or a call and its result
@@ -301,15 +313,17 @@ func (r *runner) withhold(group []flow.Event, judge string, sent map[string]bool
 					s.ToolUsage = append(s.ToolUsage, u)
 				}
 			}
-			ev.Data = s
+			ev.Data = &s
 			group = append(group, ev)
 			withheld[s.StepID] = true
 		}
 	}
 	for i := len(r.steps) - 1; i >= 0 && len(withheld) > 0; i-- {
-		if withheld[r.steps[i].StepID] {
-			r.steps[i].Withheld = judge
-			delete(withheld, r.steps[i].StepID)
+		if id := r.steps[i].StepID; withheld[id] {
+			marked := *r.steps[i] // the held record is the held event's too
+			marked.Withheld = judge
+			r.steps[i] = &marked
+			delete(withheld, id)
 		}
 	}
 	return group
@@ -476,7 +490,7 @@ func (r *runner) begin() (cur string, out Outcome, end bool) {
 	if err := r.finishInterrupted(); err != nil {
 		return "", Outcome{Status: flow.StatusFailed, Err: err}, true
 	}
-	last := &r.steps[len(r.steps)-1]
+	last := r.steps[len(r.steps)-1]
 	if status, end := r.ending(last, g.Nodes[last.Node]); end {
 		return "", Outcome{Status: status}, true // a review that ends it, or a run that had ended with only done missing
 	}
@@ -550,7 +564,7 @@ func (r *runner) reuse(node *flow.Node, rec flow.Step) (flow.Step, error) {
 // with the human review it answers. A run whose opening was written for it
 // (a replica that dispatched it, with its job) runs with Turn.Opened.
 func (x *Executor) Opening(t Turn) []flow.Event {
-	return (&runner{x: x, t: &t, now: x.now(), steps: slices.Clip(t.Steps), iters: map[string]int{}}).opening()
+	return (&runner{x: x, t: &t, now: x.now(), steps: logOf(t.Steps, 2), iters: map[string]int{}}).opening()
 }
 
 func (x *Executor) now() func() time.Time {
@@ -569,7 +583,7 @@ func (r *runner) opening() []flow.Event {
 	}
 	first := r.t.Def.Graph.Start
 	if n := len(r.steps); n > 0 {
-		if last := &r.steps[n-1]; last.Decision == flow.NeedsClarification && last.NextAgent != nil {
+		if last := r.steps[n-1]; last.Decision == flow.NeedsClarification && last.NextAgent != nil {
 			first = *last.NextAgent
 		}
 	}
@@ -579,8 +593,7 @@ func (r *runner) opening() []flow.Event {
 		group = r.before(group)
 	}
 	r.turn = len(r.steps)
-	user := flow.Step{AgentID: "user", Role: flow.RoleUser, Response: r.t.Input, NextAgent: &first}
-	r.stamp(&user)
+	user := r.stamp(&flow.Step{AgentID: "user", Role: flow.RoleUser, Response: r.t.Input, NextAgent: &first})
 	return append(group, flow.Event{Name: flow.EventCompleteStep, Data: user})
 }
 
@@ -595,14 +608,12 @@ func (r *runner) before(group []flow.Event) []flow.Event {
 		if s.AgentID == "" {
 			s.AgentID = p.Role
 		}
-		r.stamp(&s)
-		group = append(group, flow.Event{Name: flow.EventCompleteStep, Data: s})
+		group = append(group, flow.Event{Name: flow.EventCompleteStep, Data: r.stamp(&s)})
 	}
 	if len(r.steps) > 0 {
 		// Calls the client never answered are answered before the new message.
 		if s, ok := r.notRun(r.steps[max(0, lastUserStep(r.steps)):], "the user sent a new message"); ok {
-			r.stamp(&s)
-			group = append(group, flow.Event{Name: flow.EventCompleteStep, Data: s})
+			group = append(group, flow.Event{Name: flow.EventCompleteStep, Data: r.stamp(&s)})
 		}
 	}
 	return group
@@ -610,7 +621,7 @@ func (r *runner) before(group []flow.Event) []flow.Event {
 
 // lastUserStep is the index of the last user step, where the last turn
 // begins; -1 when there is none.
-func lastUserStep(steps []flow.Step) int {
+func lastUserStep(steps []*flow.Step) int {
 	for i := len(steps) - 1; i >= 0; i-- {
 		if steps[i].Role == flow.RoleUser {
 			return i
@@ -630,9 +641,11 @@ func (r *runner) resume() error {
 	}
 	r.t.Input = r.steps[r.turn].Response // the message the turn is about, which its nodes are given
 	for i := r.turn + 1; i < len(r.steps); i++ {
-		s := &r.steps[i]
+		s := r.steps[i]
 		if s.Withheld != "" { // this turn's own drafts: its next nodes see them
-			s.Response, s.ToolUsage = s.WithheldResponse, s.WithheldToolUsage
+			draft := *s
+			draft.Response, draft.ToolUsage = s.WithheldResponse, s.WithheldToolUsage
+			s, r.steps[i] = &draft, &draft
 		}
 		if s.Response != "" && s.Withheld == "" {
 			r.response = s.Response
@@ -641,7 +654,7 @@ func (r *runner) resume() error {
 	for _, ev := range r.t.Held {
 		r.held = append(r.held, ev) // durable already
 		r.t.Unfinished.See(ev)
-		if s, ok := ev.Data.(flow.Step); ok {
+		if s, ok := ev.Data.(*flow.Step); ok {
 			r.steps = append(r.steps, s)
 		}
 	}
@@ -662,7 +675,7 @@ func (r *runner) resume() error {
 		r.iters[s.Node]++
 		r.nsteps++
 		if r.replay != nil {
-			r.replay.walked(s)
+			r.replay.walked(*s)
 		}
 	}
 	return nil
@@ -704,10 +717,9 @@ func (r *runner) answer() error {
 		}
 	}
 	step := r.review(rv)
-	r.stamp(&step)
 	clear(r.iters)
 	r.nsteps = 0
-	ev := flow.Event{Name: flow.EventCompleteStep, Data: step}
+	ev := flow.Event{Name: flow.EventCompleteStep, Data: r.stamp(&step)}
 	if len(r.held) > 0 {
 		return r.hold(ev)
 	}
@@ -767,7 +779,7 @@ func (r *runner) ending(step *flow.Step, node *flow.Node) (status string, end bo
 		return flow.StatusAwaitingReview, true
 	}
 	if n := len(r.steps); step.AgentID == flow.Reviewer && n > 1 && r.steps[n-2].Decision != flow.HumanReview {
-		return ending(&r.steps[n-2], node)
+		return ending(r.steps[n-2], node)
 	}
 	return ending(step, node)
 }
@@ -793,11 +805,15 @@ func ending(step *flow.Step, node *flow.Node) (status string, end bool) {
 	return "", false
 }
 
-// stamp numbers a step and timestamps it, as the next step of the log.
-func (r *runner) stamp(s *flow.Step) {
+// stamp numbers a step and timestamps it, as the next step of the log,
+// and returns the log's record of it, which its events share.
+func (r *runner) stamp(s *flow.Step) *flow.Step {
 	s.StepID = strconv.Itoa(len(r.steps) + 1)
 	s.Timestamp = r.now().UTC()
-	r.steps = append(r.steps, *s)
+	p := new(flow.Step)
+	*p = *s
+	r.steps = append(r.steps, p)
+	return p
 }
 
 // appendStep records node's step, numbered and timestamped. An inner
@@ -809,9 +825,9 @@ func (r *runner) appendStep(s *flow.Step, node *flow.Node) error {
 		s.Chunks = r.chunks[node.Name]
 		delete(r.chunks, node.Name)
 	}
-	r.stamp(s)
+	p := r.stamp(s)
 	r.x.Observe.stepped(r.t.FlowID, node, s.Decision, s.Basis)
-	ev := flow.Event{Name: flow.EventCompleteStep, Data: *s}
+	ev := flow.Event{Name: flow.EventCompleteStep, Data: p}
 	switch {
 	case node != nil && node.Judged():
 		if err := r.hold(ev); err != nil {
@@ -825,7 +841,8 @@ func (r *runner) appendStep(s *flow.Step, node *flow.Node) error {
 		release := !node.Withholds(s.Decision)
 		if !release {
 			s.Input = "" // the draft it judged, which the user may not see
-			ev.Data = *s
+			out := *s    // a record of its own: the log keeps the input
+			ev.Data = &out
 		}
 		return r.settle(node.Name, release, ev)
 	case len(r.held) > 0 && node != nil && node.Type == flow.Superego:
@@ -980,16 +997,16 @@ func (a *acting) acted(reply Reply, err error) (by *flow.Node, _ error) {
 // recorder records a judgement's step: numbered, observed, and sent.
 func (r *runner) recorder(send func(flow.Event) error) func(flow.Step) (flow.Step, error) {
 	return func(s flow.Step) (flow.Step, error) {
-		r.stamp(&s)
+		p := r.stamp(&s)
 		r.x.Observe.stepped(r.t.FlowID, r.t.Def.Graph.Nodes[s.Node], s.Decision, s.Basis)
-		return s, send(flow.Event{Name: flow.EventCompleteStep, Data: s})
+		return s, send(flow.Event{Name: flow.EventCompleteStep, Data: p})
 	}
 }
 
 // calls makes the Calls that decide, record and run the tool calls of one
 // iteration of node (docs/actions.md); out takes its events, record its
 // judgements' steps.
-func (r *runner) calls(ctx context.Context, node *flow.Node, task *Task, steps []flow.Step, out func(flow.Event), record func(flow.Step) (flow.Step, error)) *Calls {
+func (r *runner) calls(ctx context.Context, node *flow.Node, task *Task, steps []*flow.Step, out func(flow.Event), record func(flow.Step) (flow.Step, error)) *Calls {
 	g := r.t.Def.Graph.Nodes
 	c := &Calls{node: node, task: task, flowID: r.t.FlowID, ctx: ctx, out: out, record: record, sync: r.sink.Sync, obs: r.x.Observe, stack: r.stack,
 		act: func(ctx context.Context, t *Task) (Reply, error) { return r.x.Agent.Act(ctx, t, func(flow.Event) {}) }}
@@ -1009,9 +1026,9 @@ const maxEarlier = 20
 // earlierCalls are the instance's judged calls before this one, with their
 // results as the agent saw them: a judge weighs a call in the light of
 // what the agent did and read before.
-func earlierCalls(history, turn []flow.Step) []flow.ToolUse {
+func earlierCalls(history, turn []*flow.Step) []flow.ToolUse {
 	var out []flow.ToolUse
-	for _, steps := range [][]flow.Step{history, turn} {
+	for _, steps := range [][]*flow.Step{history, turn} {
 		for _, s := range steps {
 			if s.Withheld != "" {
 				continue

@@ -10,6 +10,7 @@ import (
 
 	"superego/engine"
 	"superego/flow"
+	"superego/flow/storetest"
 )
 
 // agentFunc is a fake agent: a script of replies by node.
@@ -66,17 +67,23 @@ func (r result) trace() string {
 func runTurn(tb testing.TB, def *flow.Definition, agent engine.Agent, prior []flow.Step, input string) result {
 	tb.Helper()
 	var r result
+	var f storetest.Records
 	x := &engine.Executor{Agent: agent}
 	r.out = x.Execute(context.Background(), engine.Turn{FlowID: "f", Def: def, InstanceID: "i", RunID: "r", Steps: prior, Input: input},
 		engine.Sink{Emit: func(evs ...flow.Event) error {
+			f.See(evs...)
 			for _, e := range evs {
 				r.events = append(r.events, e)
-				if s, ok := e.Data.(flow.Step); ok {
-					r.steps = append(r.steps, s)
+				if s, ok := e.Data.(*flow.Step); ok {
+					r.steps = append(r.steps, *s)
 				}
 			}
 			return nil
+		}, Hold: func(ev flow.Event) error {
+			f.See(ev)
+			return nil
 		}})
+	f.Check(tb)
 	return r
 }
 

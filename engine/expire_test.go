@@ -78,7 +78,7 @@ func TestExpireWaitsEndsTheWaitsThatLastTooLong(t *testing.T) {
 		}
 		answered := false
 		for _, ev := range events {
-			if s, ok := ev.Data.(flow.Step); ok {
+			if s, ok := ev.Data.(*flow.Step); ok {
 				for _, u := range s.ToolUsage {
 					answered = answered || u.ID == "call_1" && u.Output == "not run: the wait for the client's results expired"
 				}

@@ -151,11 +151,11 @@ func TestResumeReleasesAHeldAnswerThatEndsTheRun(t *testing.T) {
 	var steps []flow.Step
 	x := &engine.Executor{Agent: byNode(nil)}
 	out := x.Execute(context.Background(), engine.Turn{FlowID: "f", Def: def, InstanceID: "i", RunID: "r2", Steps: []flow.Step{user},
-		Held: []flow.Event{{Name: flow.EventCompleteStep, Data: held}}, Resume: true},
+		Held: []flow.Event{{Name: flow.EventCompleteStep, Data: &held}}, Resume: true},
 		engine.Sink{Emit: func(evs ...flow.Event) error {
 			for _, e := range evs {
-				if s, ok := e.Data.(flow.Step); ok {
-					steps = append(steps, s)
+				if s, ok := e.Data.(*flow.Step); ok {
+					steps = append(steps, *s)
 				}
 			}
 			return nil
@@ -228,16 +228,16 @@ func TestAReviewRunsAlikeOnAReplica(t *testing.T) {
 	turn := engine.Turn{FlowID: "f", Def: def, InstanceID: "i", RunID: "r2", Steps: first.steps, Options: flow.RunOptions{Review: &flow.Review{Approve: true}}}
 	opening := x.Opening(turn)
 	var log []flow.Event
-	for _, s := range first.steps {
-		log = append(log, flow.Event{Name: flow.EventCompleteStep, Data: s})
+	for i := range first.steps {
+		log = append(log, flow.Event{Name: flow.EventCompleteStep, Data: &first.steps[i]})
 	}
 	turn.Steps = flow.Replay(append(log, opening...)).Steps
 	turn.Resume, turn.Opened = true, true
 	replica := result{}
 	replica.out = x.Execute(context.Background(), turn, engine.Sink{Emit: func(evs ...flow.Event) error {
 		for _, e := range evs {
-			if s, ok := e.Data.(flow.Step); ok {
-				replica.steps = append(replica.steps, s)
+			if s, ok := e.Data.(*flow.Step); ok {
+				replica.steps = append(replica.steps, *s)
 			}
 		}
 		return nil
@@ -277,7 +277,7 @@ func TestAnErrorQuotingTheRequestShowsNoDraft(t *testing.T) {
 func TestASpeculativeTurnsToolResultsAreHidden(t *testing.T) {
 	t.Parallel()
 	def := mustParse(t, guarded)
-	rounds := []flow.Step{{Node: "in", Decision: flow.NeedsTool, ToolUsage: []flow.ToolUse{{ToolName: "calculator", Input: []byte(`{"x": "IN-MARK"}`), Output: "OUT-MARK"}}}}
+	rounds := []*flow.Step{{Node: "in", Decision: flow.NeedsTool, ToolUsage: []flow.ToolUse{{ToolName: "calculator", Input: []byte(`{"x": "IN-MARK"}`), Output: "OUT-MARK"}}}}
 	task := &engine.Task{Node: def.Graph.Nodes["in"], ToolRounds: rounds, BeforeWrite: func(context.Context) error { return nil }}
 	hidden := strings.Join(task.Hidden(), " ")
 	if !strings.Contains(hidden, "IN-MARK") || !strings.Contains(hidden, "OUT-MARK") {

@@ -151,7 +151,7 @@ func (o *Observer) drafted(flowID string, held []flow.Event, released bool) {
 	}
 	var nodes []string
 	for _, ev := range held {
-		if s, ok := ev.Data.(flow.Step); ok && !slices.Contains(nodes, s.Node) {
+		if s, ok := ev.Data.(*flow.Step); ok && !slices.Contains(nodes, s.Node) {
 			nodes = append(nodes, s.Node)
 		}
 	}

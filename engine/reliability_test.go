@@ -129,8 +129,8 @@ func TestResumeWithAVanishedNode(t *testing.T) {
 			next := func(s string) *string { return &s }
 			events := []flow.Event{
 				{ID: 1, Name: flow.EventRunStart, Data: flow.RunStart{InstanceID: "x", FlowID: "v"}},
-				{ID: 2, Name: flow.EventCompleteStep, Data: flow.Step{StepID: "1", AgentID: "user", Role: flow.RoleUser, Response: "hi", NextAgent: next("a")}},
-				{ID: 3, Name: flow.EventCompleteStep, Data: flow.Step{StepID: "2", AgentID: "a", Node: "a", Role: flow.RoleAssistant, Decision: "COMPLETE", Response: "draft", NextAgent: next(c.at)}},
+				{ID: 2, Name: flow.EventCompleteStep, Data: &flow.Step{StepID: "1", AgentID: "user", Role: flow.RoleUser, Response: "hi", NextAgent: next("a")}},
+				{ID: 3, Name: flow.EventCompleteStep, Data: &flow.Step{StepID: "2", AgentID: "a", Node: "a", Role: flow.RoleAssistant, Decision: "COMPLETE", Response: "draft", NextAgent: next(c.at)}},
 			}
 			store.Append("x", events, ignore)
 			e := &engine.Engine{Flows: map[string]*flow.Flow{"v": {ID: "v", Def: mustParse(t, after)}},

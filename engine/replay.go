@@ -50,7 +50,7 @@ func recorded(ctx context.Context, store flow.Store, id string) ([]flow.Step, er
 		return nil, fmt.Errorf("replay %s: %w", id, err)
 	}
 	steps := flow.Replay(events).Steps
-	turn := lastUserStep(steps)
+	turn := lastUserStep(logOf(steps, 0))
 	if turn < 0 {
 		return nil, fmt.Errorf("replay %s: the instance has no turn to replay: %w", id, flow.ErrInvalid)
 	}

@@ -115,8 +115,8 @@ func (e *Engine) dispatch(ctx context.Context, req *Request, review *flow.Review
 	// The run goes on from its opening, which is in the log now.
 	turn.Steps = slices.Clip(st.Steps)
 	for _, ev := range d.Opening {
-		if s, ok := ev.Data.(flow.Step); ok {
-			turn.Steps = append(turn.Steps, s)
+		if s, ok := ev.Data.(*flow.Step); ok {
+			turn.Steps = append(turn.Steps, *s)
 		}
 	}
 	turn.Resume, turn.Opened, turn.Prior = true, true, nil

@@ -71,8 +71,8 @@ func TestInterruptedCallsOnAWithheldDraftKeepItHidden(t *testing.T) {
 		engine.Turn{FlowID: "w", Def: def, InstanceID: "i", RunID: "r2", Steps: prior, Resume: true, Unfinished: st.Unfinished},
 		engine.Sink{Emit: func(evs ...flow.Event) error {
 			for _, e := range evs {
-				if s, ok := e.Data.(flow.Step); ok {
-					steps = append(steps, s)
+				if s, ok := e.Data.(*flow.Step); ok {
+					steps = append(steps, *s)
 				}
 			}
 			return nil

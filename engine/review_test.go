@@ -26,8 +26,8 @@ func reviewTurn(def *flow.Definition, agent engine.Agent, prior []flow.Step, app
 	r.out = x.Execute(context.Background(), engine.Turn{FlowID: "f", Def: def, InstanceID: "i", RunID: "r2", Steps: prior, Options: flow.RunOptions{Review: &flow.Review{Approve: approve, Note: "ok"}}},
 		engine.Sink{Emit: func(evs ...flow.Event) error {
 			for _, e := range evs {
-				if s, ok := e.Data.(flow.Step); ok {
-					r.steps = append(r.steps, s)
+				if s, ok := e.Data.(*flow.Step); ok {
+					r.steps = append(r.steps, *s)
 				}
 			}
 			return nil

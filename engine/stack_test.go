@@ -60,8 +60,8 @@ func TestStackReachesTheSuperegosThatTakeIt(t *testing.T) {
 				engine.Turn{FlowID: "g", Def: mustParse(t, stackedFlow), InstanceID: "i", RunID: "r", Input: "lunch ideas?", Options: flow.RunOptions{Stack: stack}},
 				engine.Sink{Emit: func(evs ...flow.Event) error {
 					for _, e := range evs {
-						if s, ok := e.Data.(flow.Step); ok {
-							steps = append(steps, s)
+						if s, ok := e.Data.(*flow.Step); ok {
+							steps = append(steps, *s)
 						}
 					}
 					return nil
@@ -123,7 +123,7 @@ func TestAResumedRunJudgesUnderItsStack(t *testing.T) {
 				store.Create(flow.Instance{ID: id, FlowID: "one"}, func(err error) { errs <- err })
 				store.Append(id, []flow.Event{
 					{ID: 1, Name: flow.EventRunStart, Data: flow.RunStart{InstanceID: id, RunID: "r1", FlowID: "one", RunOptions: flow.RunOptions{Stack: stack}}},
-					{ID: 2, Name: flow.EventCompleteStep, Data: flow.Step{StepID: "1", AgentID: "user", Role: flow.RoleUser, Response: "hi", NextAgent: &first}},
+					{ID: 2, Name: flow.EventCompleteStep, Data: &flow.Step{StepID: "1", AgentID: "user", Role: flow.RoleUser, Response: "hi", NextAgent: &first}},
 				}, func(err error) { errs <- err })
 			}
 			for range 4 {
@@ -149,8 +149,8 @@ func TestAResumedRunJudgesUnderItsStack(t *testing.T) {
 			}
 			var step flow.Step
 			for _, ev := range events {
-				if s, ok := ev.Data.(flow.Step); ok && s.Node == "s" {
-					step = s
+				if s, ok := ev.Data.(*flow.Step); ok && s.Node == "s" {
+					step = *s
 				}
 				if rs, ok := ev.Data.(flow.RunStart); ok && rs.Resumed && !reflect.DeepEqual(rs.Stack, []flow.StackEntry{{Name: "vegan", Adherence: 4}}) {
 					t.Errorf("the resumed run's run_start: %+v", rs.RunOptions)

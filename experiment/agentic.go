@@ -377,8 +377,8 @@ func playClient(s Sample, base engine.Request, events []flow.Event) (engine.Requ
 		switch d := ev.Data.(type) {
 		case flow.Done:
 			done = &d
-		case flow.Step:
-			steps = append(steps, d)
+		case *flow.Step:
+			steps = append(steps, *d)
 		}
 	}
 	if done == nil {

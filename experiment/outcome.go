@@ -180,12 +180,12 @@ func observe(events []flow.Event, def *flow.Definition) (o Outcome, ok bool) {
 			if started == 0 {
 				started = ev.Time.UnixMilli()
 			}
-		case flow.Step:
+		case *flow.Step:
 			if d.Role == flow.RoleUser {
 				steps = steps[:0] // the turn starts here
 				continue
 			}
-			steps = append(steps, d)
+			steps = append(steps, *d)
 		case flow.ErrorData:
 			o.Error = &d
 		case flow.Done:

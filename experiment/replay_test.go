@@ -95,7 +95,7 @@ func TestReplayAsksOnlyTheChangedSuperego(t *testing.T) {
 		var done flow.Done
 		for _, ev := range events {
 			switch d := ev.Data.(type) {
-			case flow.Step:
+			case *flow.Step:
 				reused = append(reused, d.Reused)
 			case flow.Done:
 				done = d

@@ -18,7 +18,9 @@ const (
 )
 
 // Event is one entry of an instance's event sequence. Data is one of the
-// payload types below, or a Step for complete_step.
+// payload types below, or a *Step for complete_step: a run's log and every
+// event of the step share that one record, so nothing changes a step once
+// it is in an event; a change is a new record.
 type Event struct {
 	ID   int64
 	Name string

@@ -129,8 +129,8 @@ func Replay(events []Event) State {
 		st.LastID, st.UpdatedAt = e.ID, e.Time
 		st.Unfinished.See(e)
 		switch d := e.Data.(type) {
-		case Step:
-			st.Steps = append(st.Steps, d)
+		case *Step:
+			st.Steps = append(st.Steps, *d)
 		case RunStart:
 			st.Status, st.RunStartID, st.Options = StatusRunning, e.ID, d.RunOptions
 		case Done:
@@ -244,6 +244,7 @@ func DecodeEvent(name string, data []byte, hidden Hidden) (any, error) {
 	}
 	if s, ok := v.(*Step); ok {
 		withHidden(s, hidden)
+		return s, nil // a step goes by reference (Event)
 	}
 	return reflect.ValueOf(v).Elem().Interface(), nil
 }
@@ -306,7 +307,7 @@ func (u *Unfinished) See(ev Event) {
 				break
 			}
 		}
-	case Step:
+	case *Step:
 		if d.Node == u.Node && d.Judged == nil {
 			*u = Unfinished{}
 		}

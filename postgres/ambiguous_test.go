@@ -179,7 +179,7 @@ func TestCommitWhoseConnectionDrops(t *testing.T) {
 	now := time.Now().UTC()
 	next := "a"
 	event := func(id int64) flow.Event {
-		return flow.Event{ID: id, Name: flow.EventCompleteStep, Time: now, Data: flow.Step{StepID: fmt.Sprint(id), AgentID: "user", Role: flow.RoleUser, Timestamp: now, Response: "hi", NextAgent: &next}}
+		return flow.Event{ID: id, Name: flow.EventCompleteStep, Time: now, Data: &flow.Step{StepID: fmt.Sprint(id), AgentID: "user", Role: flow.RoleUser, Timestamp: now, Response: "hi", NextAgent: &next}}
 	}
 	for _, c := range []struct {
 		write string
@@ -245,7 +245,7 @@ func TestCommitWhoseConnectionDrops(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				got = fmt.Sprint(ids(held, func(e flow.Event) string { return e.Data.(flow.Step).StepID }))
+				got = fmt.Sprint(ids(held, func(e flow.Event) string { return e.Data.(*flow.Step).StepID }))
 			default:
 				events, err := s.Events(ctx, "i", 0)
 				if err != nil {

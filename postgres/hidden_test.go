@@ -38,9 +38,9 @@ func plantedRun(t0 time.Time) []flow.Event {
 		WithheldToolUsage: []flow.ToolUse{{ToolName: "calculator", Input: []byte(`{}`), Output: "WITHHELD-TOOL-MARKER"}}}
 	return []flow.Event{
 		{ID: 1, Name: flow.EventRunStart, Time: t0, Data: flow.RunStart{InstanceID: "i", RunID: "r", FlowID: "f"}},
-		{ID: 2, Name: flow.EventCompleteStep, Time: t0, Data: flow.Step{StepID: "1", AgentID: "user", Role: flow.RoleUser, Timestamp: t0, Response: "hi", NextAgent: &next}},
-		{ID: 3, Name: flow.EventCompleteStep, Time: t0, Data: judge},
-		{ID: 4, Name: flow.EventCompleteStep, Time: t0, Data: withheld},
+		{ID: 2, Name: flow.EventCompleteStep, Time: t0, Data: &flow.Step{StepID: "1", AgentID: "user", Role: flow.RoleUser, Timestamp: t0, Response: "hi", NextAgent: &next}},
+		{ID: 3, Name: flow.EventCompleteStep, Time: t0, Data: &judge},
+		{ID: 4, Name: flow.EventCompleteStep, Time: t0, Data: &withheld},
 		{ID: 5, Name: flow.EventDone, Time: t0, Data: flow.Done{InstanceID: "i", Status: flow.StatusBlocked}},
 	}
 }
@@ -86,8 +86,8 @@ func TestHiddenFieldsStayHidden(t *testing.T) {
 		if l := leaks(string(b)); l != nil {
 			t.Errorf("event %d's JSON holds %v: %s", e.ID, l, b)
 		}
-		if step, ok := e.Data.(flow.Step); ok {
-			b, _ := json.Marshal(flow.HiddenOf(step))
+		if step, ok := e.Data.(*flow.Step); ok {
+			b, _ := json.Marshal(flow.HiddenOf(*step))
 			found = append(found, leaks(string(b))...)
 		}
 	}
@@ -102,7 +102,7 @@ func TestHiddenFieldsStayHidden(t *testing.T) {
 	if err != nil || len(held) != 1 {
 		t.Fatalf("%d held, %v", len(held), err)
 	}
-	if step := held[0].Data.(flow.Step); step.Thinking != "THINKING-MARKER" || step.AgentGuidance != "GUIDANCE-MARKER" {
+	if step := held[0].Data.(*flow.Step); step.Thinking != "THINKING-MARKER" || step.AgentGuidance != "GUIDANCE-MARKER" {
 		t.Errorf("held step: %+v", step)
 	}
 

@@ -32,7 +32,7 @@ func TestReaperTakesEachRunOverAlone(t *testing.T) {
 		err := flow.Wait(func(done func(error)) {
 			store.Append(id, []flow.Event{
 				{ID: 1, Name: flow.EventRunStart, Time: now, Data: flow.RunStart{InstanceID: id, RunID: "r-" + id, FlowID: "calc"}},
-				{ID: 2, Name: flow.EventCompleteStep, Time: now, Data: flow.Step{StepID: "1", AgentID: "user", Role: flow.RoleUser, Timestamp: now, Response: "6*7", NextAgent: &next}},
+				{ID: 2, Name: flow.EventCompleteStep, Time: now, Data: &flow.Step{StepID: "1", AgentID: "user", Role: flow.RoleUser, Timestamp: now, Response: "6*7", NextAgent: &next}},
 			}, done)
 		})
 		if err != nil {

@@ -39,13 +39,14 @@ type Event struct {
 func Encode(e flow.Event, apart bool) (Event, error) {
 	w := Event{Event: e}
 	data := e.Data
-	if step, ok := data.(flow.Step); ok {
-		w.Hidden, _ = json.Marshal(flow.HiddenOf(step)) // strings and tool uses of valid JSON: cannot fail
+	if step, ok := data.(*flow.Step); ok {
+		w.Hidden, _ = json.Marshal(flow.HiddenOf(*step)) // strings and tool uses of valid JSON: cannot fail
 		if apart {
 			w.Constitution, w.SystemPrompt = step.Constitution, step.SystemPrompt
-			step.Constitution, step.SystemPrompt = "", ""
+			bare := *step // the event's step is shared: it stays whole
+			bare.Constitution, bare.SystemPrompt = "", ""
+			data = &bare
 		}
-		data = step
 	}
 	var err error
 	if w.JSON, err = json.Marshal(data); err != nil {
@@ -108,7 +109,7 @@ func (s *Segment) add(e Event, constitution, systemPrompt int64) {
 	s.events = e.Time.UTC().AppendFormat(s.events, TimeFormat)
 	s.events = append(append(append(s.events, `","data":`...), e.JSON...), '}')
 	switch d := e.Data.(type) {
-	case flow.Step:
+	case *flow.Step:
 		s.Steps++
 		s.hidden = append(strconv.AppendInt(append(s.hidden, `,"`...), e.ID, 10), `":`...)
 		s.hidden = append(s.hidden, e.Hidden...)
@@ -190,7 +191,7 @@ func decode(events, hidden []byte, refs map[string]Texts, after int64, text func
 		if e.Data, err = flow.DecodeEvent(raw.Name, raw.Data, h[key]); err != nil {
 			return nil, fmt.Errorf("event %d: %w", raw.ID, err)
 		}
-		if step, ok := e.Data.(flow.Step); ok && refs[key] != (Texts{}) {
+		if step, ok := e.Data.(*flow.Step); ok && refs[key] != (Texts{}) {
 			ids := refs[key]
 			if step.Constitution, err = text(ids.Constitution); err != nil {
 				return nil, fmt.Errorf("event %d: %w", raw.ID, err)
@@ -198,7 +199,6 @@ func decode(events, hidden []byte, refs map[string]Texts, after int64, text func
 			if step.SystemPrompt, err = text(ids.SystemPrompt); err != nil {
 				return nil, fmt.Errorf("event %d: %w", raw.ID, err)
 			}
-			e.Data = step
 		}
 		out = append(out, e)
 	}

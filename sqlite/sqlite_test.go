@@ -60,7 +60,7 @@ func TestReopenKeepsTheLog(t *testing.T) {
 	step := flow.Step{StepID: "1", AgentID: "user", Role: flow.RoleUser, Response: "hi", NextAgent: &next, Thinking: "T", AgentGuidance: "G"}
 	flow.Wait(func(done func(error)) { s.Create(flow.Instance{ID: "i", FlowID: "f"}, done) })
 	flow.Wait(func(done func(error)) {
-		s.Append("i", []flow.Event{{ID: 1, Name: flow.EventCompleteStep, Data: step}}, done)
+		s.Append("i", []flow.Event{{ID: 1, Name: flow.EventCompleteStep, Data: &step}}, done)
 	})
 	s.Close()
 	s, err = sqlite.Open(path)
@@ -72,7 +72,7 @@ func TestReopenKeepsTheLog(t *testing.T) {
 	if err != nil || len(events) != 1 {
 		t.Fatalf("%d events, %v", len(events), err)
 	}
-	if got := events[0].Data.(flow.Step); got.Thinking != "T" || got.AgentGuidance != "G" || got.Response != "hi" {
+	if got := events[0].Data.(*flow.Step); got.Thinking != "T" || got.AgentGuidance != "G" || got.Response != "hi" {
 		t.Errorf("step after reopening: %+v", got)
 	}
 }
@@ -97,7 +97,7 @@ func TestWALStaysBounded(t *testing.T) {
 	big := strings.Repeat("x", 64<<10)
 	for n := int64(1); n <= commits; n++ {
 		e := storetest.StepEvent(n)
-		step := e.Data.(flow.Step)
+		step := e.Data.(*flow.Step)
 		step.Response = big
 		e.Data = step
 		if err := flow.Wait(func(done func(error)) { s.Append("i", []flow.Event{e}, done) }); err != nil {
@@ -150,7 +150,7 @@ INSERT INTO log VALUES ('old', 1, 2, '2026-11-20T10:00:02.000000000Z', 1, 'runni
 	if err != nil || len(events) != 3 {
 		t.Fatalf("%d events, %v", len(events), err)
 	}
-	if step := events[1].Data.(flow.Step); step.Response != "hi" || step.Thinking != "T-old" || step.AgentGuidance != "G-old" {
+	if step := events[1].Data.(*flow.Step); step.Response != "hi" || step.Thinking != "T-old" || step.AgentGuidance != "G-old" {
 		t.Errorf("step: %+v", step)
 	}
 	list, err := s.List(ctx, flow.ListOptions{})
@@ -247,7 +247,7 @@ func TestTextsAreKeptOnce(t *testing.T) {
 		}
 		for n, step := range steps(i) {
 			if err := flow.Wait(func(done func(error)) {
-				s.Append(id, []flow.Event{{ID: int64(n + 1), Name: flow.EventCompleteStep, Time: time.Now(), Data: step}}, done)
+				s.Append(id, []flow.Event{{ID: int64(n + 1), Name: flow.EventCompleteStep, Time: time.Now(), Data: &step}}, done)
 			}); err != nil {
 				t.Fatal(err)
 			}
@@ -268,7 +268,7 @@ func TestTextsAreKeptOnce(t *testing.T) {
 			t.Fatalf("%d events, %v", len(events), err)
 		}
 		for n, want := range steps(i) {
-			if got := events[n].Data.(flow.Step); got.Constitution != want.Constitution || got.SystemPrompt != want.SystemPrompt || got.Thinking != want.Thinking {
+			if got := events[n].Data.(*flow.Step); got.Constitution != want.Constitution || got.SystemPrompt != want.SystemPrompt || got.Thinking != want.Thinking {
 				t.Errorf("instance %d step %d: %+v", i, n+1, got)
 			}
 		}
@@ -312,10 +312,10 @@ INSERT INTO log VALUES ('i', 0, 0, 'f', '2026-11-20T10:00:00.000000000Z', '2026-
 	if err != nil || len(events) != 2 {
 		t.Fatalf("%d events, %v", len(events), err)
 	}
-	if old := events[0].Data.(flow.Step); old.Constitution != "Be kind." || old.Thinking != "T" {
+	if old := events[0].Data.(*flow.Step); old.Constitution != "Be kind." || old.Thinking != "T" {
 		t.Errorf("old step: %+v", old)
 	}
-	if step := events[1].Data.(flow.Step); step.Constitution != "Be helpful." {
+	if step := events[1].Data.(*flow.Step); step.Constitution != "Be helpful." {
 		t.Errorf("new step: %+v", step)
 	}
 }

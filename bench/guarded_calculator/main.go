@@ -129,7 +129,7 @@ func (c *client) read(ev flow.Event) error {
 // a partial output, or any other event, does not make room for a step on
 // the stack of the run that delivers it.
 func (c *client) step(data any) error {
-	s := data.(flow.Step)
+	s := data.(*flow.Step)
 	if s.Role == flow.RoleUser {
 		return nil
 	}
@@ -208,7 +208,7 @@ func runFlow(e *engine.Engine, c *client, stack []flow.StackEntry) error {
 func (b *bench) direct(c *client) error {
 	g := b.def.Graph
 	node, input, from, guidance, guidanceFrom := g.Nodes["input_superego"], userInput, "", "", ""
-	var rounds []flow.Step
+	var rounds []*flow.Step
 	for n := 1; node != nil; n++ {
 		t := &engine.Task{Node: node, StepID: fmt.Sprint(n + 1), UserMessage: userInput, Input: input, InputFrom: from,
 			Guidance: guidance, GuidanceFrom: guidanceFrom, ToolRounds: rounds, Decisions: node.Decisions()}
@@ -229,7 +229,8 @@ func (b *bench) direct(c *client) error {
 		switch {
 		case len(r.ToolUsage) > 0:
 			s.Decision, next = flow.NeedsTool, node
-			rounds = append(rounds, s)
+			round := s
+			rounds = append(rounds, &round)
 		case node.Name == "input_superego":
 			next, guidance, guidanceFrom = g.Nodes["calculator"], r.AgentGuidance, node.AgentID
 		case node.Name == "calculator":
@@ -239,7 +240,7 @@ func (b *bench) direct(c *client) error {
 		if next != nil {
 			s.NextAgent = &next.Name
 		}
-		if err := c.read(flow.Event{Name: flow.EventCompleteStep, Data: s}); err != nil {
+		if err := c.read(flow.Event{Name: flow.EventCompleteStep, Data: &s}); err != nil {
 			return err
 		}
 		node = next
@@ -537,8 +538,8 @@ func run(seq int, minSeconds float64, warmup, conc, concBig int, delay time.Dura
 		return err
 	}
 	for ev := range sub.Events(context.Background()) {
-		if s, ok := ev.Data.(flow.Step); ok {
-			steps = append(steps, s)
+		if s, ok := ev.Data.(*flow.Step); ok {
+			steps = append(steps, *s)
 		}
 	}
 	if len(steps) != 5 || len(steps[2].ToolUsage) != 1 || steps[2].ToolUsage[0].Output != "50" {

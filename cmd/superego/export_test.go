@@ -28,7 +28,7 @@ func TestExportSkipsAnUnreadableInstance(t *testing.T) {
 		created := t0.Add(time.Duration(i) * time.Minute)
 		flow.Wait(func(done func(error)) { s.Create(flow.Instance{ID: id, FlowID: "f", CreatedAt: created}, done) })
 		flow.Wait(func(done func(error)) {
-			s.Append(id, []flow.Event{{ID: 1, Name: flow.EventCompleteStep, Time: created, Data: flow.Step{StepID: "1", AgentID: "user", Role: flow.RoleUser,
+			s.Append(id, []flow.Event{{ID: 1, Name: flow.EventCompleteStep, Time: created, Data: &flow.Step{StepID: "1", AgentID: "user", Role: flow.RoleUser,
 				Response: "hi " + id, Thinking: "HIDDEN-THINKING", AgentGuidance: "HIDDEN-GUIDANCE"}}}, done)
 		})
 	}

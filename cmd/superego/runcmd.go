@@ -88,7 +88,7 @@ func (p *printer) print(ev flow.Event) {
 		} else {
 			fmt.Fprintf(p.w, "    = %s\n", d.Output)
 		}
-	case flow.Step:
+	case *flow.Step:
 		if d.Role == flow.RoleUser {
 			fmt.Fprintf(p.w, "user: %s\n", d.Response)
 			return

@@ -21,7 +21,7 @@ import (
 // event n: a step of the usual size, hidden fields and a constitution in it.
 func StepEvent(n int64) flow.Event {
 	next := "calculator"
-	return flow.Event{ID: n, Name: flow.EventCompleteStep, Time: time.Now(), Data: flow.Step{
+	return flow.Event{ID: n, Name: flow.EventCompleteStep, Time: time.Now(), Data: &flow.Step{
 		StepID: fmt.Sprint(n), AgentID: "input_superego", Node: "input_superego", Role: flow.RoleAssistant, Timestamp: time.Now(),
 		Input: "What is 5*10?", Constitution: "Be helpful.", Decision: "CAUTION", Response: "ok", NextAgent: &next,
 		Thinking: "Benign arithmetic request.", AgentGuidance: "verify"}}

@@ -34,11 +34,11 @@ func Run(t *testing.T, open func(t *testing.T) flow.Store) {
 		ToolUsage: []flow.ToolUse{{ID: "c1", ToolName: "calculator", Input: []byte(`{"expression":"1+1"}`), Output: "2"}}}
 	run := []flow.Event{
 		{ID: 1, Name: flow.EventRunStart, Time: t0, Data: flow.RunStart{InstanceID: "i1", RunID: "r1", FlowID: "f"}},
-		{ID: 2, Name: flow.EventCompleteStep, Time: t0, Data: flow.Step{StepID: "1", AgentID: "user", Role: flow.RoleUser, Timestamp: t0, Response: "hi", NextAgent: &next}},
+		{ID: 2, Name: flow.EventCompleteStep, Time: t0, Data: &flow.Step{StepID: "1", AgentID: "user", Role: flow.RoleUser, Timestamp: t0, Response: "hi", NextAgent: &next}},
 		{ID: 3, Name: flow.EventNodeStart, Time: t0, Data: flow.NodeStart{Node: "a", AgentID: "a"}},
 		{ID: 4, Name: flow.EventToolCall, Time: t0, Data: flow.ToolCall{Node: "a", ToolName: "calculator", Input: []byte(`{}`)}},
 		{ID: 5, Name: flow.EventToolResult, Time: t0, Data: flow.ToolResult{Node: "a", ToolName: "calculator", Output: "2"}},
-		{ID: 6, Name: flow.EventCompleteStep, Time: t0.Add(time.Second), Data: step},
+		{ID: 6, Name: flow.EventCompleteStep, Time: t0.Add(time.Second), Data: &step},
 		{ID: 7, Name: flow.EventError, Time: t0.Add(time.Second), Data: flow.ErrorData{Code: "timeout", Message: "slow"}},
 		{ID: 8, Name: flow.EventDone, Time: t0.Add(2 * time.Second), Data: flow.Done{InstanceID: "i1", Status: flow.StatusFailed, Response: "out"}},
 	}
@@ -115,7 +115,7 @@ func Run(t *testing.T, open func(t *testing.T) flow.Store) {
 		draft.StepID, draft.Response = "3", "DRAFT-secret"
 		held := []flow.Event{
 			{Name: flow.EventToolCall, Data: flow.ToolCall{Node: "a", ToolName: "calculator", Input: []byte(`{}`)}},
-			{Name: flow.EventCompleteStep, Data: draft},
+			{Name: flow.EventCompleteStep, Data: &draft},
 		}
 		for _, e := range held {
 			if err := flow.Wait(func(done func(error)) { s.Hold("i1", e, done) }); err != nil {
@@ -134,7 +134,7 @@ func Run(t *testing.T, open func(t *testing.T) flow.Store) {
 		withheld := draft
 		withheld.Withheld, withheld.WithheldResponse, withheld.Response, withheld.ToolUsage = "out", draft.Response, "", nil
 		withheld.WithheldToolUsage = draft.ToolUsage
-		settled := []flow.Event{{ID: 4, Name: flow.EventCompleteStep, Time: t0, Data: withheld}, run[7]}
+		settled := []flow.Event{{ID: 4, Name: flow.EventCompleteStep, Time: t0, Data: &withheld}, run[7]}
 		if err := flow.Wait(func(done func(error)) { s.Settle("i1", settled, done) }); err != nil {
 			t.Fatal(err)
 		}
@@ -142,7 +142,7 @@ func Run(t *testing.T, open func(t *testing.T) flow.Store) {
 			t.Errorf("held after settling: %d, %v", len(got), err)
 		}
 		events, _ = s.Events(ctx, "i1", 3)
-		if len(events) != 2 || !reflect.DeepEqual(events[0].Data, withheld) {
+		if len(events) != 2 || !reflect.DeepEqual(events[0].Data, &withheld) {
 			t.Errorf("settled events: %+v", events)
 		}
 		if _, err := s.Held(ctx, "nope"); !errors.Is(err, flow.ErrNotFound) {

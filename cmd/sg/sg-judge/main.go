@@ -109,8 +109,8 @@ func judge(ctx context.Context, req request, getenv func(string) string) (verdic
 	out := (&engine.Executor{Agent: agent}).Execute(ctx, engine.Turn{FlowID: "sg_phase", Def: d, InstanceID: flow.NewID(), RunID: flow.NewID(), Input: req.Input},
 		engine.Sink{Emit: func(evs ...flow.Event) error {
 			for _, ev := range evs {
-				if s, ok := ev.Data.(flow.Step); ok && s.Node == "phase_judge" {
-					step = s
+				if s, ok := ev.Data.(*flow.Step); ok && s.Node == "phase_judge" {
+					step = *s
 				}
 			}
 			return nil
