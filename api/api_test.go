@@ -172,10 +172,13 @@ func serveWith(t testing.TB, defs map[string]string, store flow.Store, resolve f
 		}
 		flows[id] = &flow.Flow{ID: id, Def: d}
 	}
+	if _, bench := t.(*testing.B); !bench { // a benchmark measures the server, not the check
+		store = storetest.Frozen(t, store)
+	}
 	logs := &syncBuffer{}
 	log := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	engine := &engine.Engine{Flows: flows, Exec: &engine.Executor{Agent: &agents.Agent{Model: resolve, Tools: toolset, Timeout: 2 * time.Second, Workspaces: ws}},
-		Store: storetest.Frozen(t, store), MaxRuns: maxRuns, Log: log}
+		Store: store, MaxRuns: maxRuns, Log: log}
 	s := &api.Server{Engine: engine, Workspaces: ws, Model: "openai:gpt-test", AdminToken: "admin-secret", Log: log,
 		Refused: []flow.Refused{{ID: "broken", Errors: []string{`graph.start: unknown node "x"`}}}}
 	if set != nil {
