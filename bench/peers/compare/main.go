@@ -68,6 +68,9 @@ var figures = []figure{
 		b, ok2 := l.num("direct_mean_us")
 		return a - b, ok1 && ok2
 	}},
+	{"sequential, CPU µs per flow (all threads, the collector's too)", field("seq_cpu_us", 1)},
+	{"sequential, kB allocated per flow", field("seq_alloc_bytes_per_flow", 1.0/1000)},
+	{"no-engine floor, kB allocated per flow", field("direct_alloc_bytes_per_flow", 1.0/1000)},
 	{"1,000 at once: wall ms (ideal 80)", field("conc_wall_ms", 1)},
 	{"1,000 at once: peak RSS MiB", field("conc_peak_rss_kb", mib)},
 	{"1,000 at once: RSS before the rounds MiB", field("conc_base_rss_kb", mib)},

@@ -28,6 +28,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/cloudwego/eino/callbacks"
@@ -448,6 +449,31 @@ func concurrent(g compose.Runnable[[]*Step, []*Step], n int) (time.Duration, err
 	return wall, nil
 }
 
+// usage is what the process had used at a point: CPU time, and heap
+// allocations, which vary much less than wall time on a shared machine.
+type usage struct {
+	cpu     time.Duration
+	mallocs uint64
+	bytes   uint64
+}
+
+func measure() usage {
+	var ru syscall.Rusage
+	syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	return usage{time.Duration(ru.Utime.Nano() + ru.Stime.Nano()), ms.Mallocs, ms.TotalAlloc}
+}
+
+// report puts what n flows used since u into out, per flow, under the
+// keys superego's benchmark writes.
+func (u usage) report(out map[string]any, phase string, n int) {
+	now := measure()
+	out[phase+"_cpu_us"] = float64((now.cpu - u.cpu).Microseconds()) / float64(n)
+	out[phase+"_allocs_per_flow"] = float64(now.mallocs-u.mallocs) / float64(n)
+	out[phase+"_alloc_bytes_per_flow"] = float64(now.bytes-u.bytes) / float64(n)
+}
+
 // atOnce is the concurrent phase at n flows: one round unmeasured, the
 // peak reset, then rounds; it records the rounds' walls and the peak RSS
 // under keys with prefix.
@@ -606,10 +632,12 @@ func run(seq int, minSeconds float64, warmup, conc, concBig int, delay time.Dura
 		}
 	}
 	c := &client{}
+	used := measure()
 	ds, wall, err := sequential(warmup, seq, time.Duration(minSeconds*float64(time.Second)), func() error {
 		c.trace = c.trace[:0]
 		return runFlow(g0, c)
 	})
+	used.report(out, "seq", len(ds)+warmup)
 	if cpuprofile != "" {
 		pprof.StopCPUProfile()
 	}
@@ -625,10 +653,12 @@ func run(seq int, minSeconds float64, warmup, conc, concBig int, delay time.Dura
 
 	// (a') The floor: the same nodes in a plain loop.
 	dc := &client{}
+	used = measure()
 	dds, dwall, err := sequential(warmup, seq, time.Duration(minSeconds*float64(time.Second)), func() error {
 		dc.trace = dc.trace[:0]
 		return n0.direct(dc)
 	})
+	used.report(out, "direct", len(dds)+warmup)
 	if err != nil {
 		return err
 	}
