@@ -75,7 +75,11 @@ func (g *gateModel) script(r agentstest.Request) agentstest.Answer {
 			return agentstest.Answer{Text: agentstest.JSON(thinkingMarker, "COMPLETE", guidanceMarker, "First words, then more."), Chunk: 4, Pause: g.pause}
 		}
 		if strings.Contains(user, "long draft") {
-			text := "Part one is fine and plain. Part two is fine as well. " + draftMarker + " part three must not go out. Part four is after it."
+			// After part three, enough text that a call nobody stopped takes
+			// a while to send it all: the judge's verdict comes first.
+			text := "Part one is fine and plain. Part two is fine as well. " + draftMarker + " part three must not go out. Part four is after it, " +
+				"and it goes on for a good while longer, six characters every five milliseconds, so that only a call " +
+				"nobody stopped ever gets as far as its last words, which are THE-END."
 			return agentstest.Answer{Text: agentstest.JSON(thinkingMarker, "COMPLETE", guidanceMarker, text), Chunk: 6, Pace: 5 * time.Millisecond}
 		}
 		if len(r.ToolResults()) == 0 {
@@ -398,7 +402,7 @@ func TestChunkedJudgingWithholdsTheThirdChunk(t *testing.T) {
 	// The assistant's call was stopped: it never sent its last part.
 	id := done.InstanceID
 	view := research(t, f, id)
-	if !strings.Contains(view, draftMarker) || strings.Contains(view, "Part four") {
+	if !strings.Contains(view, draftMarker) || strings.Contains(view, "THE-END") {
 		t.Errorf("the research view should hold the draft up to where it was stopped:\n%s", view)
 	}
 	everyClientPath(t, f, id)
