@@ -36,7 +36,7 @@ type Turn struct {
 	Def        *flow.Definition
 	InstanceID string
 	RunID      string
-	Steps      []flow.Step  // the instance's log before this run
+	Steps      []flow.Step  // the instance's log before this run, the run's to change (its hidden fields are taken out)
 	Prior      []flow.Step  // for a new instance: its conversation before Input, recorded with the run's start
 	Held       []flow.Event // its held events (docs/gating.md), for a run that resumes
 	Options    flow.RunOptions
@@ -91,7 +91,6 @@ func (x *Executor) Execute(ctx context.Context, t Turn, sink Sink) Outcome {
 // from running it so that what it needs takes no room on the stack while
 // a run waits on its model.
 func (x *Executor) newRunner(t *Turn, sink Sink) *runner {
-	t.Steps = slices.Clone(t.Steps) // the run's own, which it may change; its caller's stay as they were
 	r := &runner{x: x, t: t, now: x.now(), sink: sink, steps: logOf(t.Steps, 6), iters: map[string]int{}}
 	if len(x.Context) > 0 || len(t.Def.Context) > 0 || t.Def.Supervises() {
 		var names []string
