@@ -11,6 +11,7 @@ import (
 
 	"superego/engine"
 	"superego/flow"
+	"superego/flow/storetest"
 	"superego/tools"
 )
 
@@ -79,8 +80,10 @@ func FuzzWhatIsJudgedIsWhatRuns(f *testing.F) {
 			recorded = uses
 			return engine.Reply{ToolUsage: uses}, err
 		})
-		sink := engine.Sink{Emit: func(...flow.Event) error { return nil }, Sync: func() error { return nil }}
+		var records storetest.Records // and no step changes once it is in an event
+		sink := engine.Sink{Emit: func(evs ...flow.Event) error { records.See(evs...); return nil }, Sync: func() error { return nil }}
 		out := (&engine.Executor{Agent: agent}).Execute(context.Background(), engine.Turn{FlowID: "notes", Def: def, InstanceID: instance, RunID: "r", Input: "Take notes."}, sink)
+		records.Check(t)
 		if out.Status != flow.StatusCompleted || len(recorded) != 1 {
 			t.Fatalf("the run: %+v, calls %+v", out, recorded)
 		}
