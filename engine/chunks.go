@@ -378,8 +378,8 @@ func (sp *speculation) accepted(judged *flow.Step) bool {
 
 // adopt makes the speculative turn the run's: its events go out (held, if
 // a superego judges the node) as if it ran after the judge, and the run
-// waits for it to end. It puts the turn's last step in last.
-func (sp *speculation) adopt(r *runner, last *flow.Step) error {
+// waits for it to end. It returns the turn's last step.
+func (sp *speculation) adopt(r *runner) (*flow.Step, error) {
 	route := func(e flow.Event) error { return r.emit(e) }
 	if sp.node.Judged() {
 		route = func(e flow.Event) error {
@@ -411,17 +411,17 @@ func (sp *speculation) adopt(r *runner, last *flow.Step) error {
 	r.usage.PromptTokens += sp.lost.PromptTokens
 	r.usage.CompletionTokens += sp.lost.CompletionTokens
 	if err := errors.Join(sp.fail, sp.err); err != nil {
-		return err
+		return nil, err
 	}
 	if sp.ended != nil { // a judge refused one of its calls, and that ends the run
-		*last = *sp.ended
-		return r.appendStep(last, r.t.Def.Graph.Nodes[sp.ended.Node])
+		last := *sp.ended
+		return &last, r.appendStep(&last, r.t.Def.Graph.Nodes[sp.ended.Node])
 	}
-	*last = *sp.steps[len(sp.steps)-1]
+	last := sp.steps[len(sp.steps)-1]
 	if sp.node.Judged() && !r.t.Def.Graph.Holds(last.NextAgent) {
-		return r.settle("", true)
+		return last, r.settle("", true)
 	}
-	return nil
+	return last, nil
 }
 
 // discard stops the speculative turn and forgets it; only its tokens are

@@ -211,9 +211,6 @@ type runner struct {
 	verdicts map[string]*Reply       // a judge's verdict on a withheld chunk, for its next step
 	replay   *replayer               // for a replay: the recorded turn, walked beside this one
 	stack    []flow.Layer            // the run's stack, with the library's texts
-	// step is the step of the iteration running: here, not on the stack
-	// that a run waiting on its model holds.
-	step flow.Step
 
 	// history is the visible transcript before this turn (earlier); the
 	// steps before the turn do not change while it runs.
@@ -380,8 +377,9 @@ func (r *runner) walk(ctx context.Context) (ended Outcome) {
 		if node.Speculate && r.replay == nil { // a replay reuses what speculation would run
 			spec = r.speculate(ctx, node)
 		}
-		step := &r.step
-		*step = flow.Step{}
+		// The iteration's step: built here, then the log's record as it
+		// is, with no copy (stamp).
+		step := new(flow.Step)
 		by, err := r.act(ctx, node, step)
 		if err == nil && by != node { // a judge of its actions ended the run
 			if err := r.appendStep(step, by); err != nil {
@@ -417,7 +415,7 @@ func (r *runner) walk(ctx context.Context) (ended Outcome) {
 		}
 		if spec.accepted(step) {
 			r.cur = spec.node.Name // what fails now fails there
-			err := spec.adopt(r, step)
+			step, err = spec.adopt(r)
 			if err != nil && ctx.Err() != nil && !errors.Is(err, flow.ErrTimeout) {
 				return r.stopped(ctx)
 			}
@@ -804,21 +802,20 @@ func ending(step *flow.Step, node *flow.Node) (status string, end bool) {
 	return "", false
 }
 
-// stamp numbers a step and timestamps it, as the next step of the log,
-// and returns the log's record of it, which its events share.
+// stamp numbers a step and timestamps it, and appends it to the log: s
+// becomes the log's record, which its events share, and from here is read,
+// never changed. It returns s.
 func (r *runner) stamp(s *flow.Step) *flow.Step {
 	s.StepID = strconv.Itoa(len(r.steps) + 1)
 	s.Timestamp = r.now().UTC()
-	p := new(flow.Step)
-	*p = *s
-	r.steps = append(r.steps, p)
-	return p
+	r.steps = append(r.steps, s)
+	return s
 }
 
-// appendStep records node's step, numbered and timestamped. An inner
-// agent's step that a superego will judge is held, and released at once if
-// its transition leads where no superego judges it; a superego's decision
-// settles what was held (docs/gating.md).
+// appendStep records node's step, numbered and timestamped: s becomes the
+// log's record (stamp). An inner agent's step that a superego will judge
+// is held, and released at once if its transition leads where no superego
+// judges it; a superego's decision settles what was held (docs/gating.md).
 func (r *runner) appendStep(s *flow.Step, node *flow.Node) error {
 	if node != nil && node.Type == flow.Superego && s.Decision != flow.NeedsTool {
 		s.Chunks = r.chunks[node.Name]
@@ -839,8 +836,8 @@ func (r *runner) appendStep(s *flow.Step, node *flow.Node) error {
 	case len(r.held) > 0 && node != nil && node.Type == flow.Superego && s.Decision != flow.NeedsTool:
 		release := !node.Withholds(s.Decision)
 		if !release {
-			s.Input = "" // the draft it judged, which the user may not see
-			out := *s    // a record of its own: the log keeps the input
+			out := *s      // a record of its own: the log keeps the input
+			out.Input = "" // the draft it judged, which the user may not see
 			ev.Data = &out
 		}
 		return r.settle(node.Name, release, ev)
