@@ -128,8 +128,15 @@ type verdict struct {
 // no record: for nodes that judge rather than act (a superego's own tools,
 // a chunk's judge) and for an agent run on its own. emit gets its events.
 func Ungated(emit func(flow.Event)) *Calls {
-	return &Calls{node: &flow.Node{}, task: &Task{}, ctx: context.Background(), out: emit}
+	return &Calls{node: &noNode, task: &noTask, ctx: context.Background(), out: emit}
 }
+
+// noNode and noTask are what Ungated's Calls read of a node and a task:
+// nothing. Calls only reads them.
+var (
+	noNode flow.Node
+	noTask Task
+)
 
 // Run runs an accepted call with input, its arguments as the call's
 // record holds them: the one value the rules and the judges read.
