@@ -121,6 +121,14 @@ func (s *Server) Requests() []Request {
 	return append([]Request(nil), s.requests...)
 }
 
+// Forget drops the requests recorded so far, so that a long run that does
+// not read them does not keep them.
+func (s *Server) Forget() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.requests = nil
+}
+
 // started starts s for a test, and closes it when the test ends.
 func started(tb testing.TB, s *Server) *Server {
 	tb.Helper()

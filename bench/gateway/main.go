@@ -187,6 +187,7 @@ type bench struct {
 	server, openai string
 	anthropic      string
 	tap            *wiretap.Tap
+	fakes          []*agentstest.Server
 }
 
 // post sends a body and reads the answer, timed.
@@ -348,6 +349,7 @@ func main() {
 	flows := flag.String("flows", "./flows", "flow definitions directory (bare_agent.json, guarded_agent.json)")
 	constitutions := flag.String("constitutions", "./constitutions", "constitutions directory")
 	profile := flag.String("cpuprofile", "", "write a CPU profile of the whole run (server, fakes and client) to this file")
+	waiting := flag.Int("waiting", 0, "then leave this many guarded_agent tasks of each protocol waiting for the client's result, and report the heap each waiting instance holds")
 	flag.Parse()
 	if *profile != "" {
 		f, err := os.Create(*profile)
@@ -358,13 +360,13 @@ func main() {
 		pprof.StartCPUProfile(f)
 		defer pprof.StopCPUProfile()
 	}
-	if err := run(*rounds, *warmup, *store, *flows, *constitutions); err != nil {
+	if err := run(*rounds, *warmup, *waiting, *store, *flows, *constitutions); err != nil {
 		fmt.Fprintln(os.Stderr, "gateway:", err)
 		os.Exit(1)
 	}
 }
 
-func run(rounds, warmup int, store, flowsDir, constitutionsDir string) error {
+func run(rounds, warmup, waiting int, store, flowsDir, constitutionsDir string) error {
 	if store != "sqlite" && store != "memory" {
 		return errors.New(`-store is "sqlite" or "memory"`)
 	}
@@ -401,7 +403,8 @@ func run(rounds, warmup int, store, flowsDir, constitutionsDir string) error {
 		return err
 	}
 	defer stop()
-	b := &bench{http: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 8}}, server: url, openai: openai.URL, anthropic: anthropic.URL, tap: tap}
+	b := &bench{http: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 8}}, server: url, openai: openai.URL, anthropic: anthropic.URL, tap: tap,
+		fakes: []*agentstest.Server{openai, anthropic}}
 
 	type key struct{ protocol, flow string }
 	type series struct {
@@ -481,6 +484,22 @@ func run(rounds, warmup int, store, flowsDir, constitutionsDir string) error {
 		fmt.Printf("%-10s %-14s %-22s %-22s %-22s %-22s %s\n", k.protocol, k.flow, stats.Summarize(s.through), stats.Summarize(s.straight),
 			stats.Summarize(s.judges), stats.Summarize(s.beyond), fields)
 	}
+	if waiting > 0 {
+		fmt.Printf("\n%-10s %s\n", "protocol", "heap live per instance waiting for the client's result (bytes)")
+		for _, p := range protocols { // unmeasured: what the first of each kind sets up once
+			if _, err := b.waiting(p, 16); err != nil {
+				return err
+			}
+		}
+		for _, p := range protocols {
+			per, err := b.waiting(p, waiting)
+			if err != nil {
+				return err
+			}
+			out[p.name+"/waiting_heap_bytes"] = per
+			fmt.Printf("%-10s %.0f (%d instances)\n", p.name, per, waiting)
+		}
+	}
 	j, err := json.Marshal(out)
 	if err != nil {
 		return err
@@ -488,4 +507,48 @@ func run(rounds, warmup int, store, flowsDir, constitutionsDir string) error {
 	fmt.Println()
 	fmt.Println(string(j))
 	return nil
+}
+
+// waiting starts n guarded_agent tasks of protocol p, 16 at a time, each
+// of whose first request ends with a call for the client to run: n
+// instances that wait for their client's result, as a gateway in front of
+// many agents holds them. It returns what each holds of the heap: the
+// live heap after a collection, less what it was before them, over n.
+func (b *bench) waiting(p protocol, n int) (float64, error) {
+	model := "guarded_agent"
+	if p.name == "messages" {
+		model += "@anthropic:fake"
+	}
+	body, _ := json.Marshal(p.first(model))
+	live := func() uint64 {
+		b.tap.Take() // what the fakes were sent is the bench's, not the server's
+		for _, f := range b.fakes {
+			f.Forget()
+		}
+		runtime.GC()
+		runtime.GC()
+		var ms runtime.MemStats
+		runtime.ReadMemStats(&ms)
+		return ms.HeapAlloc
+	}
+	before := live()
+	errs := make(chan error, n)
+	sem := make(chan struct{}, 16)
+	for range n {
+		sem <- struct{}{}
+		go func() {
+			defer func() { <-sem }()
+			answer, _, _, err := b.post(b.server+p.path, body)
+			if err == nil && callID(answer) == "" {
+				err = fmt.Errorf("%s: the answer sends the client no call: %s", p.name, answer)
+			}
+			errs <- err
+		}()
+	}
+	for range n {
+		if err := <-errs; err != nil {
+			return 0, err
+		}
+	}
+	return float64(int64(live())-int64(before)) / float64(n), nil
 }
