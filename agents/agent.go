@@ -101,53 +101,16 @@ func (a *Agent) ask(ctx context.Context, t *engine.Task, emit func(flow.Event)) 
 		reply, err := a.relay(ctx, t, m, emit, timeout)
 		return reply, nil, err
 	}
-	o := a.offer(t)
-	offered := o.definitions(t.Node)
-	gate := t.Calls
-	if gate == nil {
-		gate = engine.Ungated(emit)
+	c := a.setUp(ctx, t, m, emit, timeout)
+	if c.approved != nil {
+		return reply, c.approved, nil
 	}
-	toolCtx := tools.WithInstance(ctx, t.InstanceID)
-	propose := func(i int, c llms.ToolCall) {
-		use, info, run := a.prepare(t, o, c, i, timeout)
-		gate.Propose(i, use, info, func(_ context.Context, input json.RawMessage) engine.Result { return run(toolCtx, input) })
-	}
-	if len(t.Approved) > 0 {
-		// A person answered the calls that waited: they run, or are
-		// refused, as answered, with no model call.
-		calls := make([]llms.ToolCall, len(t.Approved))
-		for i, u := range t.Approved {
-			calls[i] = llms.ToolCall{ID: u.ID, Type: "function", FunctionCall: &llms.FunctionCall{Name: u.ToolName, Arguments: string(u.Input)}}
-		}
-		return reply, &toolCalls{calls, propose, gate}, nil
-	}
-	stream := &responseStream{emit: func(delta string) {
-		emit(flow.Event{Name: flow.EventPartial, Data: flow.Partial{StepID: t.StepID, Node: t.Node.Name, AgentID: t.Node.AgentID, Delta: delta}})
-	}}
-	calling := &callStream{propose: propose}
-	streamed := 0
-	opts := append([]llms.CallOption{llms.WithStreamingFunc(func(_ context.Context, chunk []byte) error {
-		streamed += len(chunk)
-		if isToolCallChunk(chunk) {
-			calling.Write(chunk)
-		} else {
-			stream.Write(chunk)
-		}
-		return nil
-	})}, m.Options...)
-	if len(offered) > 0 {
-		opts = append(opts, llms.WithTools(offered))
-	}
-	if choice := toolChoice(t); choice != nil {
-		opts = append(opts, llms.WithToolChoice(choice))
-	}
-
 	callCtx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	start := time.Now()
-	msgs := messages(t, a.system(t), o.context)
+	msgs := messages(t, a.system(t), c.context)
 	callCtx, observed := a.Observe.modelStarted(callCtx, t, m, msgs, start)
-	got, cached, shared, err := a.generate(callCtx, t, m, msgs, offered, opts)
+	got, cached, shared, err := a.generate(callCtx, t, m, msgs, c.tools, c.opts)
 	reply.Model, reply.ServedModel, reply.Parameters = m.Name, got.ServedModel, got.Parameters
 	reply.Latency, reply.Cached, reply.Shared = time.Since(start), cached, shared
 	a.Observe.modelEnded(callCtx, observed, got, cached, err, reply.Latency)
@@ -155,7 +118,7 @@ func (a *Agent) ask(ctx context.Context, t *engine.Task, emit func(flow.Event)) 
 	case ctx.Err() != nil:
 		// Stopped, by a cancel or a judge, before the provider said what
 		// it cost: its tokens are estimated.
-		reply.Usage = estimate(msgs, streamed)
+		reply.Usage = estimate(msgs, c.streamed)
 		return reply, nil, ctx.Err()
 	case err != nil && errors.Is(callCtx.Err(), context.DeadlineExceeded):
 		return reply, nil, fmt.Errorf("%w: model %s gave no reply within %s", flow.ErrTimeout, m.Name, timeout)
@@ -169,7 +132,72 @@ func (a *Agent) ask(ctx context.Context, t *engine.Task, emit func(flow.Event)) 
 		}
 		return reply, nil, nil
 	}
-	return reply, &toolCalls{calls, propose, gate}, nil
+	return reply, &toolCalls{calls, c.propose, c.gate}, nil
+}
+
+// modelCall is what a task's model call is made with: the tools offered,
+// and the call's options, which stream its reply to the node's events and
+// propose its tool calls to the gate as they come; or, for a task with
+// calls a person answered, those calls, and no model call.
+type modelCall struct {
+	context  string      // the rules and references an inner agent is given
+	tools    []llms.Tool // as the model is told of them
+	opts     []llms.CallOption
+	gate     *engine.Calls
+	propose  func(int, llms.ToolCall)
+	streamed int // bytes of the reply streamed so far
+	approved *toolCalls
+}
+
+// setUp makes the task's modelCall. It is apart from ask, and returns
+// before the call, so that what it needs takes no room on the stack while
+// the run waits on its model: the reply streams to the node's events and
+// their subscribers on top of ask's frame, and a run whose stack outgrows
+// 8 KB there holds 16 KB while it waits (docs/benchmarks.md).
+//
+//go:noinline
+func (a *Agent) setUp(ctx context.Context, t *engine.Task, m Model, emit func(flow.Event), timeout time.Duration) *modelCall {
+	o := a.offer(t)
+	c := &modelCall{context: o.context, tools: o.definitions(t.Node), gate: t.Calls}
+	if c.gate == nil {
+		c.gate = engine.Ungated(emit)
+	}
+	toolCtx := tools.WithInstance(ctx, t.InstanceID)
+	gate := c.gate
+	c.propose = func(i int, call llms.ToolCall) {
+		use, info, run := a.prepare(t, o, call, i, timeout)
+		gate.Propose(i, use, info, func(_ context.Context, input json.RawMessage) engine.Result { return run(toolCtx, input) })
+	}
+	if len(t.Approved) > 0 {
+		// A person answered the calls that waited: they run, or are
+		// refused, as answered, with no model call.
+		calls := make([]llms.ToolCall, len(t.Approved))
+		for i, u := range t.Approved {
+			calls[i] = llms.ToolCall{ID: u.ID, Type: "function", FunctionCall: &llms.FunctionCall{Name: u.ToolName, Arguments: string(u.Input)}}
+		}
+		c.approved = &toolCalls{calls, c.propose, c.gate}
+		return c
+	}
+	stream := &responseStream{emit: func(delta string) {
+		emit(flow.Event{Name: flow.EventPartial, Data: flow.Partial{StepID: t.StepID, Node: t.Node.Name, AgentID: t.Node.AgentID, Delta: delta}})
+	}}
+	calling := &callStream{propose: c.propose}
+	c.opts = append([]llms.CallOption{llms.WithStreamingFunc(func(_ context.Context, chunk []byte) error {
+		c.streamed += len(chunk)
+		if isToolCallChunk(chunk) {
+			calling.Write(chunk)
+		} else {
+			stream.Write(chunk)
+		}
+		return nil
+	})}, m.Options...)
+	if len(c.tools) > 0 {
+		c.opts = append(c.opts, llms.WithTools(c.tools))
+	}
+	if choice := toolChoice(t); choice != nil {
+		c.opts = append(c.opts, llms.WithToolChoice(choice))
+	}
+	return c
 }
 
 // system is the system prompt of the task's model call: its node's, built

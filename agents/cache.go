@@ -90,6 +90,15 @@ func (a *Agent) generate(ctx context.Context, t *engine.Task, m Model, msgs []ll
 		reply, err = call(ctx, m, msgs, opts, len(t.Tags) > 0)
 		return reply, false, false, err
 	}
+	return a.fromCache(ctx, t, m, msgs, tools, opts)
+}
+
+// fromCache is generate for a task with a cache scope. It is apart from
+// generate so that what it needs takes no room on the stack of a run
+// whose call goes to the model (see setUp).
+//
+//go:noinline
+func (a *Agent) fromCache(ctx context.Context, t *engine.Task, m Model, msgs []llms.MessageContent, tools []llms.Tool, opts []llms.CallOption) (reply cachedReply, cached, shared bool, err error) {
 	key := cacheKey(t.Cache, m.Name, msgs, tools, opts)
 	var o llms.CallOptions
 	for _, opt := range opts {
