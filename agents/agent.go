@@ -163,10 +163,9 @@ func (a *Agent) setUp(ctx context.Context, t *engine.Task, m Model, emit func(fl
 		c.gate = engine.Ungated(emit)
 	}
 	toolCtx := tools.WithInstance(ctx, t.InstanceID)
-	gate := c.gate
 	c.propose = func(i int, call llms.ToolCall) {
 		use, info, run := a.prepare(t, o, call, i, timeout)
-		gate.Propose(i, use, info, func(_ context.Context, input json.RawMessage) engine.Result { return run(toolCtx, input) })
+		c.gate.Propose(i, use, info, func(_ context.Context, input json.RawMessage) engine.Result { return run(toolCtx, input) })
 	}
 	if len(t.Approved) > 0 {
 		// A person answered the calls that waited: they run, or are
