@@ -12,12 +12,16 @@ import (
 // Store is a flow.Store in memory; its zero value is ready. Instances are lost
 // with the process.
 type Store struct {
-	mu   sync.RWMutex
+	mu   sync.RWMutex // guards inst; an instance's own lock guards its logs
 	inst map[string]*memInstance
 }
 
+// memInstance is an instance and its logs. The instance does not change
+// once created; the logs change under mu, so that runs writing their own
+// logs do not wait on each other.
 type memInstance struct {
 	flow.Instance
+	mu     sync.Mutex
 	events []flow.Event
 	held   []flow.Event
 }
@@ -43,12 +47,21 @@ func (m *Store) create(inst flow.Instance) error {
 	return nil
 }
 
-func (m *Store) Get(_ context.Context, id string) (flow.Instance, error) {
+// lookup finds instance id.
+func (m *Store) lookup(id string) (*memInstance, error) {
 	m.mu.RLock()
-	defer m.mu.RUnlock()
 	mi := m.inst[id]
+	m.mu.RUnlock()
 	if mi == nil {
-		return flow.Instance{}, fmt.Errorf("instance %q: %w", id, flow.ErrNotFound)
+		return nil, fmt.Errorf("instance %q: %w", id, flow.ErrNotFound)
+	}
+	return mi, nil
+}
+
+func (m *Store) Get(_ context.Context, id string) (flow.Instance, error) {
+	mi, err := m.lookup(id)
+	if err != nil {
+		return flow.Instance{}, err
 	}
 	return mi.Instance, nil
 }
@@ -63,7 +76,10 @@ func (m *Store) List(_ context.Context, opt flow.ListOptions) ([]flow.Summary, e
 		if opt.FlowID != "" && mi.FlowID != opt.FlowID || !flow.Tagged(mi.Tags, opt.Tags) {
 			continue
 		}
-		if sum := flow.Summarize(mi.Instance, mi.events); opt.Status == "" || sum.Status == opt.Status {
+		mi.mu.Lock()
+		sum := flow.Summarize(mi.Instance, mi.events)
+		mi.mu.Unlock()
+		if opt.Status == "" || sum.Status == opt.Status {
 			out = append(out, sum)
 		}
 	}
@@ -91,12 +107,12 @@ func (m *Store) Settle(id string, events []flow.Event, done func(error)) {
 }
 
 func (m *Store) append(id string, events []flow.Event, settle bool) error {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	mi := m.inst[id]
-	if mi == nil {
-		return fmt.Errorf("instance %q: %w", id, flow.ErrNotFound)
+	mi, err := m.lookup(id)
+	if err != nil {
+		return err
 	}
+	mi.mu.Lock()
+	defer mi.mu.Unlock()
 	last := int64(0)
 	if n := len(mi.events); n > 0 {
 		last = mi.events[n-1].ID
@@ -120,33 +136,33 @@ func (m *Store) Hold(id string, e flow.Event, done func(error)) {
 }
 
 func (m *Store) hold(id string, e flow.Event) error {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	mi := m.inst[id]
-	if mi == nil {
-		return fmt.Errorf("instance %q: %w", id, flow.ErrNotFound)
+	mi, err := m.lookup(id)
+	if err != nil {
+		return err
 	}
+	mi.mu.Lock()
+	defer mi.mu.Unlock()
 	mi.held = append(mi.held, e)
 	return nil
 }
 
 func (m *Store) Held(_ context.Context, id string) ([]flow.Event, error) {
-	m.mu.RLock()
-	defer m.mu.RUnlock()
-	mi := m.inst[id]
-	if mi == nil {
-		return nil, fmt.Errorf("instance %q: %w", id, flow.ErrNotFound)
+	mi, err := m.lookup(id)
+	if err != nil {
+		return nil, err
 	}
+	mi.mu.Lock()
+	defer mi.mu.Unlock()
 	return append([]flow.Event(nil), mi.held...), nil
 }
 
 func (m *Store) Events(_ context.Context, id string, after int64) ([]flow.Event, error) {
-	m.mu.RLock()
-	defer m.mu.RUnlock()
-	mi := m.inst[id]
-	if mi == nil {
-		return nil, fmt.Errorf("instance %q: %w", id, flow.ErrNotFound)
+	mi, err := m.lookup(id)
+	if err != nil {
+		return nil, err
 	}
+	mi.mu.Lock()
+	defer mi.mu.Unlock()
 	i := sort.Search(len(mi.events), func(i int) bool { return mi.events[i].ID > after })
 	return append([]flow.Event(nil), mi.events[i:]...), nil
 }

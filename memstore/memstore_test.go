@@ -11,3 +11,5 @@ import (
 func TestMemStore(t *testing.T) {
 	storetest.Run(t, func(*testing.T) flow.Store { return &memstore.Store{} })
 }
+
+func BenchmarkAppendConcurrent(b *testing.B) { storetest.AppendConcurrent(b, &memstore.Store{}) }

@@ -319,7 +319,7 @@ func Run(t *testing.T, open func(t *testing.T) flow.Store) {
 		}
 	})
 
-	t.Run("concurrent appends", func(t *testing.T) {
+	t.Run("concurrent appends, read while written", func(t *testing.T) {
 		s := open(t)
 		var wg sync.WaitGroup
 		for i := range 20 {
@@ -334,7 +334,33 @@ func Run(t *testing.T, open func(t *testing.T) flow.Store) {
 				}
 			})
 		}
+		// Readers of every kind meanwhile: each sees whole instances.
+		stop := make(chan struct{})
+		var readers sync.WaitGroup
+		readers.Go(func() {
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				if list, err := s.List(ctx, flow.ListOptions{FlowID: "f"}); err != nil || len(list) != 20 {
+					t.Errorf("listed %d instances while appending, %v", len(list), err)
+					return
+				}
+				if _, err := s.Events(ctx, "c3", 0); err != nil {
+					t.Error(err)
+					return
+				}
+				if _, err := s.Held(ctx, "c4"); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		})
 		wg.Wait()
+		close(stop)
+		readers.Wait()
 		for i := range 20 {
 			if ev, _ := s.Events(ctx, fmt.Sprint("c", i), 0); len(ev) != 50 || ev[49].ID != 50 {
 				t.Errorf("instance c%d has %d events", i, len(ev))
