@@ -325,6 +325,7 @@ func (b *bench) atOnce(out map[string]any, prefix string, n, rounds int, delay t
 		return err
 	}
 	s := sample(o.sample)
+	used := measure() // what the rounds cost a flow: at 10,000 at once, their wall follows it
 	var walls []float64
 	for range rounds {
 		w, err := round()
@@ -334,6 +335,7 @@ func (b *bench) atOnce(out map[string]any, prefix string, n, rounds int, delay t
 		}
 		walls = append(walls, float64(w.Microseconds())/1e3)
 	}
+	used.report(out, strings.TrimSuffix(prefix, "_"), rounds*n)
 	s.finish(out, prefix)
 	stopCPU()
 	out[prefix+"flows"] = n

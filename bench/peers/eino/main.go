@@ -487,6 +487,7 @@ func atOnce(out map[string]any, prefix string, g compose.Runnable[[]*Step, []*St
 	out[prefix+"base_rss_kb"], out[prefix+"base_rss_file_kb"] = procStatus("VmRSS"), procStatus("RssFile")
 	out[prefix+"peak_reset_ok"] = os.WriteFile("/proc/self/clear_refs", []byte("5"), 0) == nil
 	s := sample(every)
+	used := measure() // what the rounds cost a flow: at 10,000 at once, their wall follows it
 	var walls []float64
 	for range rounds {
 		w, err := concurrent(g, n)
@@ -495,6 +496,7 @@ func atOnce(out map[string]any, prefix string, g compose.Runnable[[]*Step, []*St
 		}
 		walls = append(walls, float64(w.Microseconds())/1e3)
 	}
+	used.report(out, strings.TrimSuffix(prefix, "_"), rounds*n)
 	s.finish(out, prefix)
 	out[prefix+"flows"] = n
 	out[prefix+"peak_rss_kb"] = procStatus("VmHWM")
