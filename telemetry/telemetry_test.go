@@ -98,7 +98,9 @@ func (m *scripted) script(r agentstest.Request) agentstest.Answer {
 		return agentstest.Answer{ToolCalls: []agentstest.Call{{ID: "call_1", Name: "calculator", Args: `{"expression":"6*7+0*` + toolMarker + `"}`}}}
 	case "output_superego":
 		switch {
-		case strings.Contains(user, "Judge this part") && strings.Contains(user, "part three"):
+		case strings.Contains(user, "part three"):
+			// The part, or the whole draft: a draft that ends before its
+			// part's judgement does goes to the final judgement whole.
 			return agentstest.Reply(thinkingMarker, "BLOCK", guidanceMarker, "That part is not for sharing.")
 		case strings.Contains(user, "Judge this part"):
 			return agentstest.Reply(thinkingMarker, "ACCEPT", "", "")
@@ -623,9 +625,11 @@ func TestTraceOfAFailedRun(t *testing.T) {
 	}
 }
 
-// A draft judged as it streams, and withheld at its third part: the
-// judgements of its parts are spans under the drafting agent's, and its
-// text is in none of them, with content or without.
+// A draft judged as it streams, and withheld at its third part (or, on a
+// machine slow enough that the draft ends before that part's judgement
+// does, by the final judgement of the draft): the judgements of its parts
+// are spans under the drafting agent's, and its text is in none of them,
+// with content or without.
 func TestTraceOfAChunkedDraft(t *testing.T) {
 	t.Parallel()
 	f := serve(t, true, true)
