@@ -305,10 +305,8 @@ func (sp *speculation) run(ctx context.Context, r *runner, steps []*flow.Step, i
 		actCtx := r.nodeStarted(ctx, n, task.StepID, true)
 		calls := r.calls(actCtx, n, task, steps, sp.emit, func(s flow.Step) (flow.Step, error) {
 			s.StepID, s.Timestamp = fmt.Sprint(len(steps)+1), r.now().UTC()
-			p := new(flow.Step)
-			*p = s
-			steps = append(steps, p)
-			sp.emit(flow.Event{Name: flow.EventCompleteStep, Data: p})
+			steps = append(steps, &s) // the log's record, and its event's
+			sp.emit(flow.Event{Name: flow.EventCompleteStep, Data: &s})
 			return s, nil
 		})
 		task.Calls = calls
